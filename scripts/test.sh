@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything and runs every test: the C++ tests (Release), the same
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then the Python
+# reference-side tests (parity against Hugging Face). Exit 0 = all passed.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$QHX_ROOT"
+
+bash scripts/setup.sh
+
+echo "== build (Release)"
+bash scripts/build.sh build
+echo "== C++ tests (Release)"
+ctest --test-dir build --output-on-failure -j2
+
+echo "== build (ASan + UBSan)"
+bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZE=ON -DQHX_BENCH=OFF
+echo "== C++ tests (ASan + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j2
+
+echo "== Python tests (reference side)"
+QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q

@@ -1,0 +1,15 @@
+// The CPU backend: the graph kinds it can build.
+#include "backends/delegate.hpp"
+#include "qwen3vl/text_decoder.hpp"
+
+namespace qhx {
+namespace cpu {
+std::unique_ptr<Delegate> make_linear_graph();
+}
+
+void register_cpu_backend() {
+  register_delegate("cpu", "linear", cpu::make_linear_graph);
+  register_delegate("cpu", "qwen3vl.text_decoder", qwen3vl::make_text_decoder);
+}
+
+}  // namespace qhx

@@ -1,0 +1,31 @@
+// The CPU backend's kernels as one table of function pointers, so a graph is
+// written once and runs on whichever implementation the machine supports.
+// Every implementation must pass the shared suite in tests/cpp/test_kernels.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "backends/cpu/weights.hpp"
+
+namespace qhx::cpu {
+
+struct KernelSet {
+  std::string_view name;  // "reference", ...
+  void (*linear)(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y);
+  void (*rms_norm)(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y);
+  void (*layer_norm)(const float* x, const float* w, const float* b, std::int64_t rows, std::int64_t n, float eps,
+                     float* y);
+  void (*silu_mul)(const float* gate, const float* up, std::int64_t n, float* y);
+  void (*add_inplace)(float* y, const float* x, std::int64_t n);
+  void (*rope_rotate_half)(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
+                           const float* sin);
+  void (*attention)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                    std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
+  void (*gather_rows)(const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out);
+};
+
+// The plain f32 kernels of kernels_ref.hpp.
+const KernelSet& reference_kernels();
+
+}  // namespace qhx::cpu

@@ -1,0 +1,148 @@
+#include "backends/cpu/kernels_ref.hpp"
+
+#include "backends/cpu/kernel_set.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace qhx::cpu {
+
+void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out) {
+  if (w.dtype == DType::F32) {
+    std::memcpy(out, static_cast<const float*>(w.data) + r * w.cols, static_cast<std::size_t>(w.cols) * sizeof(float));
+    return;
+  }
+  const auto* src = static_cast<const std::uint16_t*>(w.data) + r * w.cols;
+  for (std::int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(src[c]);
+}
+
+namespace ref {
+namespace {
+
+// Dot product with 8 interleaved partial sums: a fixed order, and one the
+// compiler can vectorize without reassociating anything.
+float dot(const float* a, const float* b, std::int64_t n) {
+  float acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail;
+}
+
+}  // namespace
+
+void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  std::vector<float> row(static_cast<std::size_t>(w.cols));
+  for (std::int64_t n = 0; n < w.rows; ++n) {
+    weight_row_to_f32(w, n, row.data());  // once per weight row, reused for all m inputs
+    const float b = bias != nullptr ? bias[n] : 0.0f;
+    for (std::int64_t i = 0; i < m; ++i) y[i * w.rows + n] = dot(x + i * w.cols, row.data(), w.cols) + b;
+  }
+}
+
+void rms_norm(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    double ss = 0.0;  // mean of squares in double: closer to torch's pairwise sum than a naive f32 sum
+    for (std::int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float mean_sq = static_cast<float>(ss / static_cast<double>(n));
+    const float inv = 1.0f / std::sqrt(mean_sq + eps);
+    for (std::int64_t i = 0; i < n; ++i) y[r * n + i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void layer_norm(const float* x, const float* w, const float* b, std::int64_t rows, std::int64_t n, float eps,
+                float* y) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(n);
+    double var = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(n) + eps));
+    const auto meanf = static_cast<float>(mean);
+    for (std::int64_t i = 0; i < n; ++i) y[r * n + i] = (xr[i] - meanf) * inv * w[i] + b[i];
+  }
+}
+
+void silu_mul(const float* gate, const float* up, std::int64_t n, float* y) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    y[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
+                      const float* sin) {
+  const std::int64_t half = dim / 2;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const float* c = cos + t * dim;
+    const float* s = sin + t * dim;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * dim;
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float lo = v[i];
+        const float hi = v[i + half];
+        v[i] = lo * c[i] + (-hi) * s[i];
+        v[i + half] = hi * c[i + half] + lo * s[i + half];
+      }
+    }
+  }
+}
+
+void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+               std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
+  const std::int64_t group = hq / hkv;
+  std::vector<float> p(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < t; ++i) {
+    const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
+    for (std::int64_t h = 0; h < hq; ++h) {
+      const float* qi = q + (i * hq + h) * d;
+      const std::int64_t kvh = h / group;
+      float max_s = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < visible; ++j) {
+        p[j] = dot(qi, k + (j * hkv + kvh) * d, d) * scale;
+        max_s = std::max(max_s, p[j]);
+      }
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        p[j] = std::exp(p[j] - max_s);
+        sum += p[j];
+      }
+      float* o = out + (i * hq + h) * d;
+      std::fill(o, o + d, 0.0f);
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float w = p[j] / sum;
+        const float* vj = v + (j * hkv + kvh) * d;
+        for (std::int64_t c = 0; c < d; ++c) o[c] += w * vj[c];
+      }
+    }
+  }
+}
+
+void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) weight_row_to_f32(table, ids[i], out + i * table.cols);
+}
+
+}  // namespace ref
+}  // namespace qhx::cpu
+
+namespace qhx::cpu {
+
+const KernelSet& reference_kernels() {
+  static const KernelSet k{"reference",       ref::linear,           ref::rms_norm,  ref::layer_norm,
+                           ref::silu_mul,     ref::add_inplace,      ref::rope_rotate_half, ref::attention,
+                           ref::gather_rows};
+  return k;
+}
+
+}  // namespace qhx::cpu

@@ -1,0 +1,81 @@
+#include "backends/delegate.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "qhexrt/error.hpp"
+
+namespace qhx {
+
+// Defined by each backend that is built in; called once before the first lookup.
+void register_cpu_backend();
+
+namespace {
+
+using Key = std::pair<std::string, std::string>;
+
+std::map<Key, DelegateFactory>& registry() {
+  static std::map<Key, DelegateFactory> r;
+  return r;
+}
+
+void ensure_builtin_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_cpu_backend(); });
+}
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::int64_t TensorRef::numel() const {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+std::filesystem::path blob_file(const GraphBlob& blob, const char* key) {
+  const auto it = blob.spec.find(key);
+  if (it == blob.spec.end() || !it->is_string())
+    fail("graph \"", blob.name, "\": \"", key, "\" must name a file (a string)");
+  return blob.dir / it->get<std::string>();
+}
+
+void register_delegate(const std::string& backend, const std::string& kind, DelegateFactory factory) {
+  registry()[{backend, kind}] = std::move(factory);
+}
+
+std::unique_ptr<Delegate> create_delegate(const std::string& backend, const GraphBlob& blob) {
+  ensure_builtin_backends();
+  const auto it = registry().find({backend, blob.kind});
+  if (it == registry().end()) {
+    bool backend_known = false;
+    for (const auto& [key, f] : registry()) backend_known |= key.first == backend;
+    if (!backend_known) fail("graph \"", blob.name, "\": backend \"", backend, "\" is not built into this QHexRT");
+    fail("graph \"", blob.name, "\": backend \"", backend, "\" has no graph kind \"", blob.kind, "\"");
+  }
+  auto d = it->second();
+  d->init(blob);
+  return d;
+}
+
+void check_io(const std::string& graph, std::span<const IoSpec> specs, std::span<const TensorRef> tensors,
+              const char* what) {
+  if (specs.size() != tensors.size())
+    fail("graph \"", graph, "\": expected ", specs.size(), " ", what, ", got ", tensors.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const IoSpec& s = specs[i];
+    const TensorRef& t = tensors[i];
+    bool ok = t.dtype == s.dtype && t.shape.size() == s.shape.size() && (t.data != nullptr || t.numel() == 0);
+    for (std::size_t d = 0; ok && d < s.shape.size(); ++d) ok = s.shape[d] < 0 ? t.shape[d] >= 0 : t.shape[d] == s.shape[d];
+    if (!ok)
+      fail("graph \"", graph, "\": ", what, " \"", s.name, "\" must be ", dtype_name(s.dtype), shape_str(s.shape),
+           " (-1 = any), got ", dtype_name(t.dtype), shape_str(t.shape));
+  }
+}
+
+}  // namespace qhx

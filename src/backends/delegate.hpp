@@ -1,0 +1,81 @@
+// The backend interface. A manifest's graph entry names a backend and a kind;
+// the backend builds a Delegate from it (init), and stages run it (execute)
+// with tensors they own. Stages never learn which backend runs a graph, so an
+// NPU delegate that loads a context binary drops in beside the CPU one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qhexrt/dtype.hpp"
+
+namespace qhx {
+
+// A view of a tensor passed to or from a graph; the caller owns the memory.
+struct TensorRef {
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  void* data = nullptr;
+
+  std::int64_t numel() const;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// One named input or output of a graph. A dimension of -1 varies per call.
+struct IoSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+};
+
+// What a manifest graph entry hands to a backend.
+struct GraphBlob {
+  std::string name;           // the manifest's key for the graph (for messages)
+  std::string kind;           // what the graph computes, e.g. "qwen3vl.text_decoder"
+  std::filesystem::path dir;  // relative file names in `spec` resolve against it
+  nlohmann::json spec;        // the whole manifest entry
+  std::int64_t context_length = 0;
+  std::int64_t max_tokens_per_call = 0;  // the prefill chunk: the largest T one execute() sees
+};
+
+// A graph a backend has prepared. Inputs and outputs are passed in the order
+// of input_specs() and output_specs(); a state tensor (e.g. a KV cache) is an
+// input the graph also writes.
+class Delegate {
+ public:
+  virtual ~Delegate() = default;
+  virtual void init(const GraphBlob& blob) = 0;
+  virtual std::vector<IoSpec> input_specs() const = 0;
+  virtual std::vector<IoSpec> output_specs() const = 0;
+  virtual void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) = 0;
+};
+
+using DelegateFactory = std::function<std::unique_ptr<Delegate>()>;
+
+// Backends register their kinds at start-up (see backends/registry.cpp).
+void register_delegate(const std::string& backend, const std::string& kind, DelegateFactory factory);
+
+// The file a graph entry names under `key` (e.g. "weights"), resolved against
+// blob.dir. Throws qhx::Error naming the graph if the key is missing or not a string.
+std::filesystem::path blob_file(const GraphBlob& blob, const char* key);
+
+// Creates and initializes the delegate for blob.kind on `backend`. Throws
+// qhx::Error naming the graph when the backend or kind is unknown.
+std::unique_ptr<Delegate> create_delegate(const std::string& backend, const GraphBlob& blob);
+
+// Checks a call's tensors against the specs: count, dtype, rank and fixed dims.
+// Throws qhx::Error naming the graph and the tensor.
+void check_io(const std::string& graph, std::span<const IoSpec> specs, std::span<const TensorRef> tensors,
+              const char* what);
+
+}  // namespace qhx

@@ -1,0 +1,39 @@
+// Self-attention block of Qwen3-style decoders: q/k/v projections, per-head
+// RMSNorm of q and k (before RoPE), rotate_half RoPE, a KV cache, grouped-query
+// causal attention and the output projection, added to the residual stream.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_set.hpp"
+
+namespace qhx::nn {
+
+struct AttentionWeights {
+  cpu::Linear q, k, v, o;               // q [hq·d, hidden], k/v [hkv·d, hidden], o [hidden, hq·d]
+  std::vector<float> q_norm, k_norm;    // [d], shared by all heads
+};
+
+struct AttentionShape {
+  std::int64_t heads, kv_heads, head_dim;
+  float norm_eps;
+};
+
+// Buffers for up to max_tokens tokens, allocated once.
+struct AttentionScratch {
+  AttentionScratch() = default;
+  AttentionScratch(std::int64_t max_tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim);
+  std::vector<float> q, k, v, attn, out;  // q/attn [T, hq·d]; k/v [T, hkv·d]; out [T, hidden]
+};
+
+// residual[T, hidden] += o_proj(attention(x)), with x [T, hidden] already
+// normed. Tokens sit at absolute indices start .. start+T−1; their keys and
+// values are written to k_cache/v_cache [ctx, kv_heads, head_dim] there, and
+// each token attends to every cached token up to itself. cos/sin [T, head_dim].
+void self_attention(const cpu::KernelSet& k, const AttentionWeights& w, const AttentionShape& s, const float* x,
+                    std::int64_t T, std::int64_t start, const float* cos, const float* sin, float* k_cache,
+                    float* v_cache, AttentionScratch& scratch, float* residual);
+
+}  // namespace qhx::nn

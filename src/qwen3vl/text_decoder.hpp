@@ -1,0 +1,25 @@
+// Qwen3-VL's language model as a CPU graph (kind "qwen3vl.text_decoder"):
+// token embeddings in, final-normed hidden states out, over a KV cache.
+//
+// inputs   embeds     f32 [T, hidden]              T <= the prefill chunk
+//          positions  i32 [3, T]                   (T, H, W) rope positions, spec §6
+//          start      i64 [1]                      absolute index of the first token = KV write offset
+//          kv_cache   f32 [layers, 2, ctx, kv_heads, head_dim]   state: read and written
+//          deepstack  f32 [n_deepstack, T, hidden] added after layers 0..n-1 where image_mask is set
+//          image_mask u8  [T]
+// outputs  hidden     f32 [T, hidden]
+//
+// Prefill (T > 1, in chunks) and decode (T = 1) are the same graph over one
+// weight set. Intermediates are dumped as hidden.embed, hidden.layer{l},
+// hidden.final_norm (names of tests/reference).
+#pragma once
+
+#include <memory>
+
+#include "backends/delegate.hpp"
+
+namespace qhx::qwen3vl {
+
+std::unique_ptr<Delegate> make_text_decoder();
+
+}  // namespace qhx::qwen3vl

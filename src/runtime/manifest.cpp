@@ -1,0 +1,188 @@
+#include "runtime/manifest.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "common/json_section.hpp"
+#include "common/mapped_file.hpp"
+
+namespace qhx {
+namespace {
+
+std::int64_t positive(const Section& s, std::string_view key, std::int64_t fallback, bool required) {
+  if (required && s.find(key) == nullptr) s.fail_at(key, "missing");
+  const std::int64_t v = s.integer(key, fallback);
+  if (v <= 0) s.fail_at(key, cat("must be > 0, got ", v));
+  return v;
+}
+
+SamplingParams parse_sampling(const Section& s) {
+  SamplingParams p;
+  p.greedy = s.boolean("greedy", false);
+  p.temperature = static_cast<float>(s.number("temperature", 1.0));
+  p.top_k = static_cast<std::int32_t>(s.integer("top_k", 0));
+  p.top_p = static_cast<float>(s.number("top_p", 1.0));
+  p.min_p = static_cast<float>(s.number("min_p", 0.0));
+  p.repetition_penalty = static_cast<float>(s.number("repetition_penalty", 1.0));
+  p.presence_penalty = static_cast<float>(s.number("presence_penalty", 0.0));
+  p.seed = static_cast<std::uint64_t>(s.integer("seed", 0));
+  try {
+    p.validate();
+  } catch (const Error& e) {
+    s.fail_at("", e.what());
+  }
+  return p;
+}
+
+void reject_unknown_keys(const Section& s, const Json& obj, std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : obj.items())
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      s.fail_at(key, "unknown key (a typo, or a manifest for a newer QHexRT?)");
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_stage_ops() {
+  static const std::vector<std::string> ops = {"tokenize", "embed", "prefill", "decode", "detokenize"};
+  return ops;
+}
+
+Manifest parse_manifest(std::string_view json_text, const std::string& source, const std::filesystem::path& dir) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    fail(source, ": not valid JSON: ", e.what());
+  }
+  if (!root.is_object()) fail(source, ": expected a JSON object at the top level");
+  const Section top(root, "", source);
+  Manifest m;
+  m.json = root;
+  m.dir = dir;
+  m.source = source;
+
+  if (top.find("qhexrt_manifest") == nullptr) top.fail_at("qhexrt_manifest", "missing (the format version, e.g. 1)");
+  m.version = top.integer("qhexrt_manifest", 0);
+  if (m.version < 1) top.fail_at("qhexrt_manifest", cat("must be >= 1, got ", m.version));
+  if (m.version > kManifestVersion)
+    top.fail_at("qhexrt_manifest", cat("version ", m.version, " needs a newer QHexRT (this one reads up to ",
+                                       kManifestVersion, ")"));
+  reject_unknown_keys(top, root,
+                      {"qhexrt_manifest", "name", "model", "config", "tokenizer", "chat_template", "context_length",
+                       "prefill_chunk", "max_new_tokens", "sampling", "stop_tokens", "graphs", "tables", "stages"});
+
+  m.name = top.string("name", "");
+  m.model = top.string("model", "");
+  if (m.model != "qwen3vl") top.fail_at("model", cat("unsupported model \"", m.model, "\" (expected \"qwen3vl\")"));
+  m.config = top.string("config", "");
+  if (m.config.empty()) top.fail_at("config", "missing (the model's config.json)");
+  m.tokenizer = top.string("tokenizer", "");
+  if (m.tokenizer.empty()) top.fail_at("tokenizer", "missing (a tokenizer.json)");
+  m.chat_template = top.string("chat_template", "qwen3vl");
+  if (m.chat_template != "qwen3vl" && m.chat_template != "none")
+    top.fail_at("chat_template", cat("unknown template \"", m.chat_template, "\" (\"qwen3vl\" or \"none\")"));
+  m.context_length = positive(top, "context_length", 0, true);
+  m.prefill_chunk = positive(top, "prefill_chunk", 0, true);
+  m.max_new_tokens = positive(top, "max_new_tokens", 256, false);
+  if (top.has_value("sampling")) m.sampling = parse_sampling(top.object("sampling"));
+
+  if (const Json* stops = top.find("stop_tokens")) {
+    if (!stops->is_array()) top.fail_at("stop_tokens", "expected an array of token strings");
+    for (std::size_t i = 0; i < stops->size(); ++i) {
+      if (!(*stops)[i].is_string()) top.fail_at(cat("stop_tokens[", i, "]"), "expected a token string");
+      m.stop_tokens.push_back((*stops)[i].get<std::string>());
+    }
+  } else {
+    m.stop_tokens = {"<|im_end|>", "<|endoftext|>"};
+  }
+
+  const Section graphs = top.object("graphs");
+  for (const auto& [name, entry] : root["graphs"].items()) {
+    const Section g = graphs.object(name);
+    ManifestGraph mg;
+    mg.backend = g.string("backend", "");
+    mg.kind = g.string("kind", "");
+    if (mg.backend.empty()) g.fail_at("backend", "missing (e.g. \"cpu\")");
+    if (mg.kind.empty()) g.fail_at("kind", "missing (e.g. \"qwen3vl.text_decoder\")");
+    mg.spec = entry;
+    m.graphs.emplace(name, std::move(mg));
+  }
+  if (top.has_value("tables")) {
+    const Section tables = top.object("tables");
+    for (const auto& [name, entry] : root["tables"].items()) {
+      const Section t = tables.object(name);
+      ManifestTable mt{t.string("file", ""), t.string("tensor", "")};
+      if (mt.file.empty()) t.fail_at("file", "missing");
+      if (mt.tensor.empty()) t.fail_at("tensor", "missing");
+      m.tables.emplace(name, std::move(mt));
+    }
+  }
+
+  const Json* stages = top.find("stages");
+  if (stages == nullptr || !stages->is_array() || stages->empty())
+    top.fail_at("stages", "expected a non-empty array of stages");
+  for (std::size_t i = 0; i < stages->size(); ++i) {
+    const std::string path = cat("stages[", i, "]");
+    const Json& st = (*stages)[i];
+    if (!st.is_object()) fail(source, ": ", path, ": expected an object");
+    const Section s(st, path, source);
+    ManifestStage ms{s.string("op", ""), st, path};
+    const auto& ops = known_stage_ops();
+    if (std::find(ops.begin(), ops.end(), ms.op) == ops.end())
+      s.fail_at("op", cat("unknown stage \"", ms.op, "\" (known: tokenize, embed, prefill, decode, detokenize)"));
+    // Every graph or table a stage names must exist.
+    for (const char* key : {"graph", "lm_head"})
+      if (s.has_value(key) && !m.graphs.contains(s.string(key, "")))
+        s.fail_at(key, cat("no graph named \"", s.string(key, ""), "\" in \"graphs\""));
+    if (s.has_value("table") && !m.tables.contains(s.string("table", "")))
+      s.fail_at("table", cat("no table named \"", s.string("table", ""), "\" in \"tables\""));
+    m.stages.push_back(std::move(ms));
+  }
+  return m;
+}
+
+Manifest load_manifest(const std::filesystem::path& path) {
+  const MappedFile f(path);
+  const std::string_view text(reinterpret_cast<const char*>(f.data()), f.size());
+  return parse_manifest(text, path.string(), path.parent_path());
+}
+
+Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
+  // Absolute file names, so that the plan (qhx_generate --print-plan) works from anywhere.
+  const std::filesystem::path dir = std::filesystem::absolute(dir_in);
+  const std::string weights = (dir / (std::filesystem::exists(dir / "model.safetensors")
+                                          ? "model.safetensors"
+                                          : "model.safetensors.index.json")).string();
+  const std::string config = (dir / "config.json").string();
+  const Json j = {
+      {"qhexrt_manifest", kManifestVersion},
+      {"name", "hf-f32-cpu"},
+      {"model", "qwen3vl"},
+      {"config", config},
+      {"tokenizer", (dir / "tokenizer.json").string()},
+      {"chat_template", "qwen3vl"},
+      {"context_length", 4096},
+      {"prefill_chunk", 320},
+      {"max_new_tokens", 256},
+      // generation_config.json of Qwen3-VL-Instruct (HF generate's defaults for this model).
+      {"sampling", {{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}},
+      {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}},
+      {"tables", {{"embed", {{"file", weights}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
+      {"graphs",
+       {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", config}, {"weights", weights}}},
+        {"lm_head",
+         {{"backend", "cpu"},
+          {"kind", "linear"},
+          {"weights", weights},
+          {"tensor", {"lm_head.weight", "model.language_model.embed_tokens.weight"}}}}}},
+      {"stages",
+       {{{"op", "tokenize"}},
+        {{"op", "embed"}, {"table", "embed"}},
+        {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
+        {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+        {{"op", "detokenize"}}}}};
+  return parse_manifest(j.dump(), (dir / "(default plan)").string(), dir);
+}
+
+}  // namespace qhx

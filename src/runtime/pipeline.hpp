@@ -1,0 +1,75 @@
+// A loaded run plan: the manifest's graphs, tables and tokenizer, ready to
+// generate. open() does all the loading (and all the checking it can do
+// before a request); generate() runs the manifest's stages for one request.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qhexrt/tokenizer.hpp"
+#include "runtime/manifest.hpp"
+#include "sampling/sampler.hpp"
+
+namespace qhx {
+
+struct GenerationRequest {
+  std::string prompt;
+  std::optional<std::string> system;      // a system turn before the user's
+  bool raw = false;                       // the prompt is fed as is, without the chat template
+  std::optional<std::int64_t> max_new_tokens;  // default: the manifest's
+  std::optional<SamplingParams> sampling;      // default: the manifest's
+  std::function<void(std::string_view)> on_text;  // streamed text, never half a UTF-8 character
+  bool keep_step_logits = false;          // the logits that chose each generated token
+  bool keep_prompt_logits = false;        // the logits at every prompt position
+};
+
+struct Timings {
+  double load_ms = 0;      // Pipeline::open
+  double prefill_ms = 0;   // prompt through the graphs, up to the first logits
+  double ttft_ms = 0;      // request start to the first generated token
+  double decode_ms_per_token = 0;
+  std::int64_t decode_steps = 0;  // graph runs after prefill
+};
+
+struct GenerationResult {
+  std::vector<std::int32_t> prompt_tokens;  // after templating
+  std::vector<std::int32_t> tokens;         // generated, including a final stop token if one ended it
+  std::string text;                         // tokens decoded without special tokens
+  std::string stop_reason;                  // "stop_token" or "max_new_tokens"
+  std::int64_t vocab = 0;                   // logits row width
+  std::vector<float> step_logits;           // [tokens.size(), vocab] if requested
+  std::vector<float> prompt_logits;         // [prompt_tokens.size(), vocab] if requested
+  Timings timings;
+};
+
+class Pipeline {
+ public:
+  // `path` is a manifest (.json) or a Hugging Face checkpoint directory (then
+  // the default f32 CPU plan). Throws qhx::Error naming what is wrong.
+  static Pipeline open(const std::filesystem::path& path);
+
+  Pipeline(Pipeline&&) noexcept;
+  Pipeline& operator=(Pipeline&&) noexcept;
+  ~Pipeline();
+
+  const Manifest& manifest() const;
+  const Tokenizer& tokenizer() const;
+  double load_ms() const;
+
+  // Runs the stages. Throws qhx::Error for a request that cannot run (e.g. a
+  // prompt longer than the context).
+  GenerationResult generate(const GenerationRequest& request);
+
+ private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qhx

@@ -1,0 +1,73 @@
+// What stages share: the loaded resources (for the whole pipeline) and the
+// state of one request (RunContext).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/weights.hpp"
+#include "backends/delegate.hpp"
+#include "qhexrt/hf_config.hpp"
+#include "qhexrt/safetensors.hpp"
+#include "qhexrt/tokenizer.hpp"
+#include "runtime/manifest.hpp"
+#include "runtime/pipeline.hpp"
+#include "sampling/sampler.hpp"
+
+namespace qhx {
+
+// A host-side lookup table (the token embeddings), mapped from its file.
+struct Table {
+  std::optional<Checkpoint> file;
+  cpu::WeightMatrix matrix;  // [rows, cols]
+};
+
+// A graph and its persistent state tensors (the KV cache), by input name.
+struct Graph {
+  std::string name;
+  std::unique_ptr<Delegate> delegate;
+  std::vector<IoSpec> inputs, outputs;
+  std::map<std::string, std::unique_ptr<float[]>> state;
+};
+
+struct Resources {
+  Manifest manifest;
+  Qwen3VLConfig config;
+  std::optional<Tokenizer> tokenizer;
+  std::map<std::string, Graph> graphs;
+  std::map<std::string, Table> tables;
+  std::vector<std::int32_t> stop_ids;
+
+  Graph& graph(const std::string& name);
+  const Table& table(const std::string& name) const;
+};
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct RunContext {
+  RunContext(const GenerationRequest& req, GenerationResult& out, Resources& resources)
+      : request(req), result(out), res(resources) {}
+  const GenerationRequest& request;
+  GenerationResult& result;
+  Resources& res;
+  Clock::time_point started = Clock::now();
+
+  std::int64_t max_new_tokens = 0;
+  SamplingParams sampling;
+  std::vector<std::int32_t> ids;        // the prompt, [L]
+  std::vector<float> embeds;            // [L, hidden]
+  std::vector<std::int32_t> positions;  // [3, L]
+  std::int64_t rope_delta = 0;
+  std::vector<float> logits;            // [vocab], the latest step's
+  std::optional<StreamDecoder> stream;  // shared by decode (push) and detokenize (flush)
+};
+
+}  // namespace qhx

@@ -1,0 +1,38 @@
+// A stage is one step of a manifest's plan. It is built once when the
+// pipeline opens (binding the graphs and tables it names, so a bad plan fails
+// early) and run once per request.
+#pragma once
+
+#include <memory>
+
+#include "runtime/manifest.hpp"
+#include "runtime/run_context.hpp"
+
+namespace qhx {
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  virtual void run(RunContext& ctx) = 0;
+};
+
+// Throws qhx::Error naming the stage's JSON path if its arguments are wrong.
+std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res);
+
+// One constructor per op (src/runtime/stages/*.cpp).
+std::unique_ptr<Stage> make_tokenize_stage(const ManifestStage& stage, Resources& res);
+std::unique_ptr<Stage> make_embed_stage(const ManifestStage& stage, Resources& res);
+std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources& res);
+std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& res);
+std::unique_ptr<Stage> make_detokenize_stage(const ManifestStage& stage, Resources& res);
+
+// Helpers shared by the stages that run the language model.
+// The name of the graph or table the stage names under `key`; throws if absent.
+std::string stage_ref(const ManifestStage& stage, const char* key);
+// Runs `llm` on tokens [start, start+T) and `lm_head` on the rows of hidden
+// selected by `all_rows` (every row, or only the last); logits land in `out`.
+void run_llm_step(Resources& res, Graph& llm, Graph& lm_head, const float* embeds, const std::int32_t* positions,
+                  std::int64_t T, std::int64_t start, const float* deepstack, std::int64_t n_deepstack,
+                  const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out);
+
+}  // namespace qhx

@@ -1,0 +1,76 @@
+// "decode": the generation loop. Each step samples a token from the latest
+// logits, streams its text, stops on a stop token or the token budget, and
+// otherwise runs that token through the model (embed -> llm -> lm_head) at
+// position p + rope_delta on all three rope axes.
+#include <algorithm>
+
+#include "backends/cpu/kernel_set.hpp"
+#include "qhexrt/error.hpp"
+#include "runtime/stage.hpp"
+
+namespace qhx {
+namespace {
+
+class DecodeStage final : public Stage {
+ public:
+  DecodeStage(std::string llm, std::string lm_head, std::string table)
+      : llm_(std::move(llm)), lm_head_(std::move(lm_head)), table_(std::move(table)) {}
+
+  void run(RunContext& ctx) override {
+    Resources& res = ctx.res;
+    Graph& llm = res.graph(llm_);
+    Graph& head = res.graph(lm_head_);
+    const Table& table = res.table(table_);
+    if (ctx.logits.empty()) fail("decode: no logits to sample from (the plan needs a \"prefill\" stage first)");
+    GenerationResult& out = ctx.result;
+    Sampler sampler(ctx.sampling);
+    std::vector<std::int32_t> history = ctx.ids;  // the penalties see the prompt and the output
+    const auto L = static_cast<std::int64_t>(ctx.ids.size());
+    const std::int64_t H = table.matrix.cols;
+    std::vector<float> x(static_cast<std::size_t>(H));
+    std::int32_t pos[3];
+    if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
+
+    const auto t_decode = Clock::now();
+    out.stop_reason = "max_new_tokens";
+    for (std::int64_t step = 0; step < ctx.max_new_tokens; ++step) {
+      if (ctx.request.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
+      const std::int32_t tok = sampler.sample(ctx.logits, history);
+      out.tokens.push_back(tok);
+      history.push_back(tok);
+      if (step == 0) out.timings.ttft_ms = ms_since(ctx.started);
+      if (std::find(res.stop_ids.begin(), res.stop_ids.end(), tok) != res.stop_ids.end()) {
+        out.stop_reason = "stop_token";
+        break;
+      }
+      if (ctx.request.on_text && tok < res.tokenizer->vocab_size()) ctx.request.on_text(ctx.stream->push(tok));
+      if (step + 1 == ctx.max_new_tokens) break;  // budget spent: no need for the next logits
+
+      if (tok < 0 || tok >= table.matrix.rows) fail("decode: sampled token ", tok, " has no embedding");
+      cpu::reference_kernels().gather_rows(table.matrix, &tok, 1, x.data());
+      const std::int64_t p = L + step;  // sequence index of this token
+      std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
+      run_llm_step(res, llm, head, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);
+      ++out.timings.decode_steps;
+    }
+    if (out.timings.decode_steps > 0)
+      out.timings.decode_ms_per_token = ms_since(t_decode) / static_cast<double>(out.timings.decode_steps);
+  }
+
+ private:
+  std::string llm_, lm_head_, table_;
+};
+
+}  // namespace
+
+std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& res) {
+  std::string llm = stage_ref(stage, "graph");
+  std::string head = stage_ref(stage, "lm_head");
+  std::string table = stage_ref(stage, "table");
+  (void)res.graph(llm);
+  (void)res.graph(head);
+  (void)res.table(table);
+  return std::make_unique<DecodeStage>(std::move(llm), std::move(head), std::move(table));
+}
+
+}  // namespace qhx

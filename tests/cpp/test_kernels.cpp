@@ -1,0 +1,167 @@
+// The shared kernel suite: every KernelSet of the CPU backend is checked
+// against straightforward double-precision formulas, over odd sizes, f32 and
+// bf16 weights. A new implementation joins by being added to kernel_sets().
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/kernel_set.hpp"
+
+namespace qhx::cpu {
+namespace {
+
+std::vector<const KernelSet*> kernel_sets() { return {&reference_kernels()}; }
+
+class Kernels : public ::testing::TestWithParam<const KernelSet*> {
+ protected:
+  const KernelSet& k() const { return *GetParam(); }
+  std::vector<float> random(std::size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng_);
+    return v;
+  }
+  std::mt19937 rng_{42};
+};
+
+std::uint16_t to_bf16(float f) {  // round to nearest even, as torch does
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+// |a − b| <= atol + rtol·|b| elementwise.
+void expect_close(const std::vector<float>& a, const std::vector<double>& b, double atol, double rtol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_LE(std::abs(a[i] - b[i]), atol + rtol * std::abs(b[i])) << "at " << i << ": " << a[i] << " vs " << b[i];
+}
+
+TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
+  for (const auto& [m, n, kk] : {std::tuple{1, 7, 13}, {5, 33, 64}, {3, 1, 1}, {17, 19, 130}}) {
+    const auto x = random(static_cast<std::size_t>(m * kk));
+    auto w = random(static_cast<std::size_t>(n * kk));
+    const auto b = random(static_cast<std::size_t>(n));
+    std::vector<std::uint16_t> wb(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      wb[i] = to_bf16(w[i]);
+      w[i] = bf16_to_f32(wb[i]);  // the same values in both forms
+    }
+    std::vector<double> want(static_cast<std::size_t>(m * n));
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double s = b[static_cast<std::size_t>(j)];
+        for (int c = 0; c < kk; ++c) s += static_cast<double>(x[static_cast<std::size_t>(i * kk + c)]) * w[static_cast<std::size_t>(j * kk + c)];
+        want[static_cast<std::size_t>(i * n + j)] = s;
+      }
+    std::vector<float> y(want.size());
+    k().linear(x.data(), m, WeightMatrix{w.data(), DType::F32, n, kk}, b.data(), y.data());
+    expect_close(y, want, 1e-5, 1e-5);
+    k().linear(x.data(), m, WeightMatrix{wb.data(), DType::BF16, n, kk}, b.data(), y.data());
+    expect_close(y, want, 1e-5, 1e-5);
+    k().linear(x.data(), m, WeightMatrix{w.data(), DType::F32, n, kk}, nullptr, y.data());
+    for (std::size_t j = 0; j < want.size(); ++j) want[j] -= b[j % static_cast<std::size_t>(n)];
+    expect_close(y, want, 1e-5, 1e-5);
+  }
+}
+
+TEST_P(Kernels, RmsNormAndLayerNorm) {
+  for (const auto& [rows, n] : {std::pair{1, 1}, {3, 64}, {4, 129}}) {
+    const auto x = random(static_cast<std::size_t>(rows * n), 3.0f);
+    const auto w = random(static_cast<std::size_t>(n));
+    const auto b = random(static_cast<std::size_t>(n));
+    std::vector<double> rms(x.size()), ln(x.size());
+    for (int r = 0; r < rows; ++r) {
+      double ss = 0, sum = 0;
+      for (int i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i], sum += x[r * n + i];
+      const double mean = sum / n;
+      double var = 0;
+      for (int i = 0; i < n; ++i) var += (x[r * n + i] - mean) * (x[r * n + i] - mean);
+      var /= n;
+      for (int i = 0; i < n; ++i) {
+        rms[r * n + i] = w[i] * x[r * n + i] / std::sqrt(ss / n + 1e-6);
+        ln[r * n + i] = (x[r * n + i] - mean) / std::sqrt(var + 1e-6) * w[i] + b[i];
+      }
+    }
+    std::vector<float> y(x.size());
+    k().rms_norm(x.data(), w.data(), rows, n, 1e-6f, y.data());
+    expect_close(y, rms, 1e-5, 1e-5);
+    k().layer_norm(x.data(), w.data(), b.data(), rows, n, 1e-6f, y.data());
+    expect_close(y, ln, 1e-5, 1e-5);
+    std::vector<float> inplace = x;  // rms_norm may run in place
+    k().rms_norm(inplace.data(), w.data(), rows, n, 1e-6f, inplace.data());
+    expect_close(inplace, rms, 1e-5, 1e-5);
+  }
+}
+
+TEST_P(Kernels, SiluMulAndAdd) {
+  const auto g = random(37, 4.0f), u = random(37);
+  std::vector<double> want(37);
+  for (int i = 0; i < 37; ++i) want[i] = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+  std::vector<float> y(37);
+  k().silu_mul(g.data(), u.data(), 37, y.data());
+  expect_close(y, want, 1e-6, 1e-6);
+  std::vector<float> acc = u;
+  k().add_inplace(acc.data(), g.data(), 37);
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(acc[i], u[i] + g[i]);
+}
+
+TEST_P(Kernels, RopeRotateHalf) {
+  const int T = 3, H = 2, D = 8;
+  auto x = random(T * H * D);
+  const auto cos = random(T * D), sin = random(T * D);
+  std::vector<double> want(x.size());
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int d = 0; d < D; ++d) {
+        const double rot = d < D / 2 ? -double(x[(t * H + h) * D + d + D / 2]) : x[(t * H + h) * D + d - D / 2];
+        want[(t * H + h) * D + d] = x[(t * H + h) * D + d] * double(cos[t * D + d]) + rot * sin[t * D + d];
+      }
+  k().rope_rotate_half(x.data(), T, H, D, cos.data(), sin.data());
+  expect_close(x, want, 1e-6, 1e-6);
+}
+
+TEST_P(Kernels, AttentionCausalGqaAndFull) {
+  const int T = 3, N = 7, HQ = 4, HKV = 2, D = 5, start = 4;  // queries at 4, 5, 6 over 7 cached keys
+  const auto q = random(T * HQ * D), kc = random(N * HKV * D), vc = random(N * HKV * D);
+  for (const bool causal : {true, false}) {
+    std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
+    for (int i = 0; i < T; ++i)
+      for (int h = 0; h < HQ; ++h) {
+        const int kvh = h / (HQ / HKV);
+        const int visible = causal ? start + i + 1 : N;
+        std::vector<double> s(visible);
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < visible; ++j) {
+          double d = 0;
+          for (int c = 0; c < D; ++c) d += double(q[(i * HQ + h) * D + c]) * kc[(j * HKV + kvh) * D + c];
+          s[j] = d * 0.5;
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& v : s) sum += (v = std::exp(v - mx));
+        for (int j = 0; j < visible; ++j)
+          for (int c = 0; c < D; ++c) want[(i * HQ + h) * D + c] += s[j] / sum * vc[(j * HKV + kvh) * D + c];
+      }
+    std::vector<float> out(want.size());
+    k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
+    expect_close(out, want, 1e-5, 1e-5);
+  }
+}
+
+TEST_P(Kernels, GatherRows) {
+  std::vector<float> table = random(6 * 4);
+  const std::int32_t ids[] = {5, 0, 5, 2};
+  std::vector<float> out(4 * 4);
+  k().gather_rows(WeightMatrix{table.data(), DType::F32, 6, 4}, ids, 4, out.data());
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(out[i * 4 + c], table[ids[i] * 4 + c]);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernelSets, Kernels, ::testing::ValuesIn(kernel_sets()),
+                         [](const ::testing::TestParamInfo<const KernelSet*>& p) { return std::string(p.param->name); });
+
+}  // namespace
+}  // namespace qhx::cpu

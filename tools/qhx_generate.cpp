@@ -1,0 +1,197 @@
+// qhx_generate — text generation from a QHexRT manifest or a Hugging Face checkpoint.
+//
+//   qhx_generate -m MANIFEST_OR_HF_DIR -p PROMPT [-n N] [sampling flags] [--json] ...
+//   qhx_generate MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]   (the seed's form)
+//
+// Text streams to stdout as it is generated; speed goes to stderr. With
+// --json the last stdout line is one JSON object describing the run.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "common/debug_dump.hpp"
+#include "io/npy.hpp"
+#include "qhexrt/error.hpp"
+#include "runtime/pipeline.hpp"
+
+namespace {
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+struct Args {
+  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir;
+  std::vector<std::string> images;
+  std::vector<std::string> positional;
+  std::int64_t max_new = 0;
+  std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty;
+  std::optional<std::int32_t> top_k;
+  std::optional<std::uint64_t> seed;
+  int threads = 0;
+  bool raw = false, json = false, print_plan = false;
+};
+
+// The seed's positional form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE].
+void apply_positional(Args& a) {
+  const auto& p = a.positional;
+  if (p.size() < 6 || p.size() > 7)
+    qhx::fail("positional form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE] (got ", p.size(),
+              " arguments)");
+  if (!a.model.empty() || !a.prompt.empty()) qhx::fail("give either -m/-p or the positional form, not both");
+  const std::string& backend = p[1];
+  if (backend.find("Qnn") != std::string::npos || backend.find("qnn") != std::string::npos)
+    qhx::fail("backend \"", backend, "\": the QNN backend is not built into this QHexRT (use \"cpu\")");
+  if (backend != "cpu") qhx::fail("backend \"", backend, "\" is unknown (this build has \"cpu\")");
+  std::filesystem::path manifest = p[0];
+  if (!std::filesystem::exists(manifest) && std::filesystem::exists(std::filesystem::path(p[3]) / manifest))
+    manifest = std::filesystem::path(p[3]) / manifest;
+  a.model = manifest.string();
+  try {
+    std::size_t used = 0;
+    a.max_new = std::stoll(p[4], &used);
+    if (used != p[4].size()) throw std::invalid_argument(p[4]);
+  } catch (const std::exception&) {
+    qhx::fail("MAX_TOKENS must be an integer, got \"", p[4], "\"");
+  }
+  a.prompt = p[5];
+  if (p.size() == 7) a.images.push_back(p[6]);
+}
+
+qhx::SamplingParams sampling_from(const Args& a, qhx::SamplingParams s) {
+  if (a.temp) {
+    s.temperature = *a.temp;
+    s.greedy = *a.temp == 0.0f;
+  }
+  if (a.top_k) s.top_k = *a.top_k;
+  if (a.top_p) s.top_p = *a.top_p;
+  if (a.min_p) s.min_p = *a.min_p;
+  if (a.repeat_penalty) s.repetition_penalty = *a.repeat_penalty;
+  if (a.presence_penalty) s.presence_penalty = *a.presence_penalty;
+  if (a.seed) s.seed = *a.seed;
+  return s;
+}
+
+// Collects named intermediates (all rows of every call, in order) for --dump-dir.
+struct DumpCollector {
+  std::map<std::string, std::pair<std::vector<float>, std::vector<std::int64_t>>> tensors;
+  void add(std::string_view name, const float* data, const std::vector<std::int64_t>& shape) {
+    auto& [values, shp] = tensors[std::string(name)];
+    std::int64_t n = 1;
+    for (const auto d : shape) n *= d;
+    values.insert(values.end(), data, data + n);
+    if (shp.empty()) shp = shape;
+    else shp[0] += shape[0];
+  }
+  void write(const std::filesystem::path& dir) const {
+    std::filesystem::create_directories(dir);
+    for (const auto& [name, t] : tensors) qhx::write_npy(dir / (name + ".npy"), t.first, t.second);
+  }
+};
+
+int run(const Args& args_in) {
+  Args a = args_in;
+  if (!a.positional.empty()) apply_positional(a);
+  if (a.model.empty()) qhx::fail("no model: give -m MANIFEST_OR_HF_DIR (or the positional form)");
+  if (a.threads < 0) qhx::fail("--threads must be >= 1");
+  if (!a.images.empty() && !a.print_plan)
+    qhx::fail("images are not supported by this plan yet: the manifest \"", a.model, "\" has no image stages");
+
+  if (a.print_plan) {
+    const qhx::Manifest m = std::filesystem::is_directory(a.model) ? qhx::default_manifest_for_hf_dir(a.model)
+                                                                   : qhx::load_manifest(a.model);
+    std::cout << m.json.dump(2) << std::endl;
+    return 0;
+  }
+  qhx::Pipeline pipe = qhx::Pipeline::open(a.model);
+  qhx::GenerationRequest req;
+  req.prompt = a.prompt;
+  if (!a.system.empty()) req.system = a.system;
+  req.raw = a.raw;
+  if (a.max_new != 0) req.max_new_tokens = a.max_new;
+  req.sampling = sampling_from(a, pipe.manifest().sampling);
+  req.keep_step_logits = !a.dump_logits.empty();
+  req.keep_prompt_logits = !a.dump_prompt_logits.empty();
+  req.on_text = [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  DumpCollector dumps;
+  if (!a.dump_dir.empty())
+    qhx::debug::set_dump_sink([&](std::string_view n, const float* d, const std::vector<std::int64_t>& s) {
+      dumps.add(n, d, s);
+    });
+
+  const qhx::GenerationResult r = pipe.generate(req);
+  std::fputc('\n', stdout);
+  const auto& t = r.timings;
+  std::fprintf(stderr, "load %.0f ms | prompt %zu tokens, prefill %.1f ms | ttft %.1f ms | decode %.2f ms/token (%.2f tok/s) over %lld steps\n",
+               t.load_ms, r.prompt_tokens.size(), t.prefill_ms, t.ttft_ms, t.decode_ms_per_token,
+               t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
+               static_cast<long long>(t.decode_steps));
+
+  if (!a.dump_logits.empty())
+    qhx::write_npy(a.dump_logits, r.step_logits, {static_cast<std::int64_t>(r.tokens.size()), r.vocab});
+  if (!a.dump_prompt_logits.empty())
+    qhx::write_npy(a.dump_prompt_logits, r.prompt_logits,
+                   {static_cast<std::int64_t>(r.prompt_tokens.size()), r.vocab});
+  if (!a.dump_dir.empty()) dumps.write(a.dump_dir);
+
+  if (a.json) {
+    const nlohmann::json j = {
+        {"tokens", r.tokens},
+        {"text", r.text},
+        {"prompt_tokens", r.prompt_tokens},
+        {"stop_reason", r.stop_reason},
+        {"timings",
+         {{"load_ms", t.load_ms}, {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
+          {"decode_ms_per_token", t.decode_ms_per_token}}},
+        {"peak_rss_mb", peak_rss_mb()}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"QHexRT text generation (Qwen3-VL) from a manifest or a Hugging Face checkpoint directory"};
+  Args a;
+  app.add_option("-m,--model", a.model, "manifest (.json) or Hugging Face checkpoint directory");
+  app.add_option("-p,--prompt", a.prompt, "the user's message (or the whole text with --raw)");
+  app.add_option("-n,--max-new-tokens", a.max_new, "tokens to generate at most (default: the manifest's)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("-i,--image", a.images, "an image (repeatable)");
+  app.add_option("--temp", a.temp, "temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", a.top_p, "nucleus sampling threshold in (0, 1]");
+  app.add_option("--min-p", a.min_p, "drop tokens below min_p x the top probability, in [0, 1]");
+  app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0 = off)");
+  app.add_option("--seed", a.seed, "random seed for sampling");
+  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);
+  app.add_option("--system", a.system, "a system message before the user's");
+  app.add_flag("--raw", a.raw, "feed the prompt as is, without the chat template");
+  app.add_flag("--json", a.json, "print one JSON object describing the run as the last stdout line");
+  app.add_option("--dump-logits", a.dump_logits, "write the logits that chose each token to FILE.npy [steps, vocab]");
+  app.add_option("--dump-prompt-logits", a.dump_prompt_logits,
+                 "write the logits at every prompt position to FILE.npy [prompt, vocab]");
+  app.add_flag("--print-plan", a.print_plan, "print the manifest that would run (for a checkpoint directory: the default plan) and exit");
+  app.add_option("--dump-dir", a.dump_dir, "write every named intermediate (e.g. hidden.layer0) to DIR/NAME.npy");
+  app.add_option("args", a.positional, "the seed's form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "qhx_generate: error: %s\n", e.what());
+    return 1;
+  }
+}
