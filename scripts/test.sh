@@ -8,6 +8,9 @@ cd "$QHX_ROOT"
 
 bash scripts/setup.sh
 
+echo "== references: tiny checkpoints written by transformers, fp32 outputs (cached)"
+HF_HUB_OFFLINE=1 "$QHX_PY" tests/reference/build_all.py
+
 echo "== build (Release)"
 bash scripts/build.sh build
 echo "== C++ tests (Release)"

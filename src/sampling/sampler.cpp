@@ -72,7 +72,7 @@ void apply_penalties(const SamplingParams& p, std::span<float> logits, std::span
   seen.resize(logits.size());
   for (const std::int32_t id : history) {
     const auto i = static_cast<std::size_t>(id);
-    
+    if (seen[i] != 0) continue;
     seen[i] = 1;
     float& l = logits[i];
     if (p.repetition_penalty != 1.0f) l = l < 0.0f ? l * p.repetition_penalty : l / p.repetition_penalty;

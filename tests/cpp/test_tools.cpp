@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdio>
+#include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "test_support.hpp"
 
@@ -85,6 +87,128 @@ TEST(QhxTokenize, BadTokenizerFileAndFlags) {
   r = run_tool("qhx_tokenize", "--bogus-flag", "");
   EXPECT_NE(r.status, 0);
   EXPECT_FALSE(r.err.empty());
+}
+
+}  // namespace
+}  // namespace qhx
+
+namespace qhx {
+namespace {
+
+// The tiny checkpoint that transformers wrote (tests/reference/build_all.py, run by scripts/test.sh).
+std::filesystem::path tiny_checkpoint() {
+  const auto p = test::cache_dir() / "reference" / "tiny_a" / "checkpoint";
+  if (!std::filesystem::exists(p / "model.safetensors"))
+    ADD_FAILURE() << p << " not found: run tests/reference/build_all.py (scripts/test.sh does)";
+  return p;
+}
+
+// A copy of the tiny checkpoint in `dir`, whose files a test may then break.
+std::filesystem::path copy_checkpoint(const test::TempDir& dir) {
+  const auto out = dir.path() / "ckpt";
+  std::filesystem::create_directories(out);
+  for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"})
+    std::filesystem::copy_file(tiny_checkpoint() / f, out / f);
+  return out;
+}
+
+std::string quoted(const std::filesystem::path& p) {
+  std::string out = "'";
+  out += p.string();
+  out += '\'';
+  return out;
+}
+
+// The default plan of the tiny checkpoint, as JSON, for tests to edit.
+nlohmann::json plan_of(const std::filesystem::path& ckpt) {
+  const ToolRun r = run_tool("qhx_generate", "--print-plan -m " + quoted(ckpt), "");
+  EXPECT_EQ(r.status, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+void expect_generate_error(const std::string& args, std::initializer_list<std::string> fragments) {
+  const ToolRun r = run_tool("qhx_generate", args, "");
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_LT(r.status, 128) << "crashed: " << args << "\n" << r.err;  // a signal is a crash
+  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << args << "\n" << r.err << "\nlacks: " << f;
+}
+
+TEST(QhxGenerate, GeneratesGreedyJson) {
+  const ToolRun r = run_tool("qhx_generate", "-m " + quoted(tiny_checkpoint()) + " -p Hi -n 4 --temp 0 --json", "");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["tokens"].size(), 4u);
+  EXPECT_EQ(j["prompt_tokens"], (std::vector<int>{151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198}));
+  for (const char* k : {"load_ms", "prefill_ms", "ttft_ms", "decode_ms_per_token"}) EXPECT_TRUE(j["timings"].contains(k)) << k;
+  EXPECT_GT(j["peak_rss_mb"].get<double>(), 0.0);
+  EXPECT_NE(r.err.find("ms/token"), std::string::npos);
+}
+
+TEST(QhxGenerate, SeedPositionalForm) {
+  test::TempDir dir;
+  const auto manifest = dir.path() / "plan.json";
+  std::ofstream(manifest) << plan_of(tiny_checkpoint()).dump();
+  const ToolRun ok = run_tool("qhx_generate", quoted(manifest) + " cpu - " + quoted(dir.path()) + " 3 Hello", "");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  expect_generate_error(quoted(manifest) + " libQnnHtp.so libQnnSystem.so . 3 Hello", {"QNN backend is not built"});
+  expect_generate_error(quoted(manifest) + " cpu - . three Hello", {"MAX_TOKENS", "three"});
+}
+
+TEST(QhxGenerate, MissingAndCorruptWeights) {
+  test::TempDir dir;
+  const auto ckpt = copy_checkpoint(dir);
+  const std::string weights = test::read_file(ckpt / "model.safetensors");
+  std::filesystem::remove(ckpt / "model.safetensors");
+  expect_generate_error("-m " + quoted(ckpt) + " -p Hi -n 2", {"model.safetensors"});
+  std::ofstream(ckpt / "model.safetensors", std::ios::binary) << weights.substr(0, weights.size() / 2);
+  expect_generate_error("-m " + quoted(ckpt) + " -p Hi -n 2", {"model.safetensors", "past the end"});
+  std::ofstream(ckpt / "model.safetensors", std::ios::binary) << "\x10\x00\x00\x00\x00\x00\x00\x00{not json}    ";
+  expect_generate_error("-m " + quoted(ckpt) + " -p Hi -n 2", {"model.safetensors"});
+}
+
+TEST(QhxGenerate, UnsupportedConfigValue) {
+  test::TempDir dir;
+  const auto ckpt = copy_checkpoint(dir);
+  auto config = nlohmann::json::parse(test::read_file(ckpt / "config.json"));
+  config["text_config"]["hidden_act"] = "gelu";
+  std::ofstream(ckpt / "config.json") << config.dump();
+  expect_generate_error("-m " + quoted(ckpt) + " -p Hi -n 2", {"config.json", "text_config.hidden_act"});
+  config["text_config"]["hidden_act"] = "silu";
+  config["text_config"]["intermediate_size"] = 193;  // valid, but no longer matches the weights
+  std::ofstream(ckpt / "config.json") << config.dump();
+  expect_generate_error("-m " + quoted(ckpt) + " -p Hi -n 2", {"shape"});
+}
+
+TEST(QhxGenerate, PromptAndBudgetMustFitTheContext) {
+  test::TempDir dir;
+  auto plan = plan_of(tiny_checkpoint());
+  plan["context_length"] = 16;
+  const auto manifest = dir.path() / "plan.json";
+  std::ofstream(manifest) << plan.dump();
+  expect_generate_error("-m " + quoted(manifest) + " -p 'a b c d e f g h i j k l m n o p q r' -n 1",
+                        {"does not fit the context of 16"});
+  expect_generate_error("-m " + quoted(manifest) + " -p Hi -n 12", {"exceeds the context of 16"});
+  expect_generate_error("-m " + quoted(tiny_checkpoint()) + " -p Hi -n 100000", {"context length"});
+}
+
+TEST(QhxGenerate, BadFlagsAndManifests) {
+  expect_generate_error("-m " + quoted(tiny_checkpoint()) + " -p Hi --no-such-flag", {"no-such-flag"});
+  expect_generate_error("-m " + quoted(tiny_checkpoint()) + " -p Hi -n abc", {"abc"});
+  expect_generate_error("-m " + quoted(tiny_checkpoint()) + " -p Hi --top-p 2", {"top_p"});
+  expect_generate_error("-p Hi", {"no model"});
+  expect_generate_error("-m /nonexistent/plan.json -p Hi", {"/nonexistent/plan.json"});
+  test::TempDir dir;
+  auto plan = plan_of(tiny_checkpoint());
+  plan["stages"][2]["op"] = "teleport";
+  const auto manifest = dir.path() / "plan.json";
+  std::ofstream(manifest) << plan.dump();
+  expect_generate_error("-m " + quoted(manifest) + " -p Hi", {"stages[2].op", "unknown stage \"teleport\""});
+  std::ofstream(manifest) << "{\"qhexrt_manifest\": 1, ";
+  expect_generate_error("-m " + quoted(manifest) + " -p Hi", {"plan.json", "not valid JSON"});
 }
 
 }  // namespace
