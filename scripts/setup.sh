@@ -15,6 +15,16 @@ APT_PACKAGES=(
   libsimdjson-dev=3.0.1-1
   libcli11-dev=2.1.2+ds-1
 )
+# --- image decoding (src/image) ----------------------------------------------
+# libjpeg-turbo, libpng, libwebp (+ demux) and libexif; Pillow's output is the
+# reference for their pixels (tests/python/test_image_vs_pillow.py).
+APT_PACKAGES+=(
+  libjpeg62-turbo-dev=1:2.1.5-2
+  libpng-dev=1.6.39-2+deb12u6
+  libwebp-dev=1.2.4-0.2+deb12u1
+  libexif-dev=0.6.24-1+deb12u1
+)
+# --- end of image decoding ----------------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"

@@ -28,7 +28,7 @@ double peak_rss_mb() {
 }
 
 struct Args {
-  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir;
+  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize;
   std::vector<std::string> images;
   std::vector<std::string> positional;
   std::int64_t max_new = 0;
@@ -101,8 +101,6 @@ int run(const Args& args_in) {
   if (!a.positional.empty()) apply_positional(a);
   if (a.model.empty()) qhx::fail("no model: give -m MANIFEST_OR_HF_DIR (or the positional form)");
   if (a.threads < 0) qhx::fail("--threads must be >= 1");
-  if (!a.images.empty() && !a.print_plan)
-    qhx::fail("images are not supported by this plan yet: the manifest \"", a.model, "\" has no image stages");
 
   if (a.print_plan) {
     const qhx::Manifest m = std::filesystem::is_directory(a.model) ? qhx::default_manifest_for_hf_dir(a.model)
@@ -115,6 +113,8 @@ int run(const Args& args_in) {
   req.prompt = a.prompt;
   if (!a.system.empty()) req.system = a.system;
   req.raw = a.raw;
+  for (const auto& im : a.images) req.images.emplace_back(im);
+  if (!a.resize.empty()) req.resize = a.resize;
   if (a.max_new != 0) req.max_new_tokens = a.max_new;
   req.sampling = sampling_from(a, pipe.manifest().sampling);
   req.keep_step_logits = !a.dump_logits.empty();
@@ -132,6 +132,8 @@ int run(const Args& args_in) {
   const qhx::GenerationResult r = pipe.generate(req);
   std::fputc('\n', stdout);
   const auto& t = r.timings;
+  if (t.image_tokens > 0)
+    std::fprintf(stderr, "vision %.1f ms for %lld image tokens\n", t.vision_ms, static_cast<long long>(t.image_tokens));
   std::fprintf(stderr, "load %.0f ms | prompt %zu tokens, prefill %.1f ms | ttft %.1f ms | decode %.2f ms/token (%.2f tok/s) over %lld steps\n",
                t.load_ms, r.prompt_tokens.size(), t.prefill_ms, t.ttft_ms, t.decode_ms_per_token,
                t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
@@ -151,7 +153,8 @@ int run(const Args& args_in) {
         {"prompt_tokens", r.prompt_tokens},
         {"stop_reason", r.stop_reason},
         {"timings",
-         {{"load_ms", t.load_ms}, {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
+         {{"load_ms", t.load_ms}, {"vision_ms", t.vision_ms}, {"image_tokens", t.image_tokens},
+          {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
           {"decode_ms_per_token", t.decode_ms_per_token}}},
         {"peak_rss_mb", peak_rss_mb()}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
@@ -168,7 +171,9 @@ int main(int argc, char** argv) {
   app.add_option("-p,--prompt", a.prompt, "the user's message (or the whole text with --raw)");
   app.add_option("-n,--max-new-tokens", a.max_new, "tokens to generate at most (default: the manifest's)")
       ->check(CLI::PositiveNumber);
-  app.add_option("-i,--image", a.images, "an image (repeatable)");
+  app.add_option("-i,--image", a.images, "an image (repeatable); placed at each <image> in the prompt, else first");
+  app.add_option("--resize", a.resize, "fixed (any image to the manifest's size) or native (keep aspect)")
+      ->check(CLI::IsMember({"fixed", "native"}));
   app.add_option("--temp", a.temp, "temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
   app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", a.top_p, "nucleus sampling threshold in (0, 1]");

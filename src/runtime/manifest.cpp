@@ -44,7 +44,8 @@ void reject_unknown_keys(const Section& s, const Json& obj, std::initializer_lis
 }  // namespace
 
 const std::vector<std::string>& known_stage_ops() {
-  static const std::vector<std::string> ops = {"tokenize", "embed", "prefill", "decode", "detokenize"};
+  static const std::vector<std::string> ops = {"load_images", "tokenize", "patch_embed", "vision",
+                                                "embed",       "prefill",  "decode",      "detokenize"};
   return ops;
 }
 
@@ -70,7 +71,8 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
                                        kManifestVersion, ")"));
   reject_unknown_keys(top, root,
                       {"qhexrt_manifest", "name", "model", "config", "tokenizer", "chat_template", "context_length",
-                       "prefill_chunk", "max_new_tokens", "sampling", "stop_tokens", "graphs", "tables", "stages"});
+                       "prefill_chunk", "max_new_tokens", "sampling", "stop_tokens", "image", "graphs", "tables",
+                       "stages"});
 
   m.name = top.string("name", "");
   m.model = top.string("model", "");
@@ -95,6 +97,19 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     }
   } else {
     m.stop_tokens = {"<|im_end|>", "<|endoftext|>"};
+  }
+
+  if (top.has_value("image")) {
+    const Section im = top.object("image");
+    reject_unknown_keys(im, root["image"], {"resize", "size", "min_pixels", "max_pixels", "max_decode_pixels"});
+    m.image.resize = im.string("resize", "native");
+    if (m.image.resize != "fixed" && m.image.resize != "native")
+      im.fail_at("resize", cat("expected \"fixed\" or \"native\", got \"", m.image.resize, "\""));
+    m.image.size = positive(im, "size", 512, false);
+    m.image.min_pixels = positive(im, "min_pixels", 65536, false);
+    m.image.max_pixels = positive(im, "max_pixels", 16777216, false);
+    m.image.max_decode_pixels = positive(im, "max_decode_pixels", 100'000'000, false);
+    if (m.image.min_pixels > m.image.max_pixels) im.fail_at("min_pixels", "must not exceed max_pixels");
   }
 
   const Section graphs = top.object("graphs");
@@ -130,7 +145,8 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     ManifestStage ms{s.string("op", ""), st, path};
     const auto& ops = known_stage_ops();
     if (std::find(ops.begin(), ops.end(), ms.op) == ops.end())
-      s.fail_at("op", cat("unknown stage \"", ms.op, "\" (known: tokenize, embed, prefill, decode, detokenize)"));
+      s.fail_at("op", cat("unknown stage \"", ms.op,
+                          "\" (known: load_images, tokenize, patch_embed, vision, embed, prefill, decode, detokenize)"));
     // Every graph or table a stage names must exist.
     for (const char* key : {"graph", "lm_head"})
       if (s.has_value(key) && !m.graphs.contains(s.string(key, "")))
@@ -168,16 +184,25 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
       // generation_config.json of Qwen3-VL-Instruct (HF generate's defaults for this model).
       {"sampling", {{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}},
       {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}},
+      {"image", {{"resize", "native"}, {"min_pixels", 65536}, {"max_pixels", 16777216}}},
       {"tables", {{"embed", {{"file", weights}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
       {"graphs",
-       {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", config}, {"weights", weights}}},
+       {{"vision", {{"backend", "cpu"}, {"kind", "qwen3vl.vision_encoder"}, {"config", config}, {"weights", weights}}},
+        {"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", config}, {"weights", weights}}},
         {"lm_head",
          {{"backend", "cpu"},
           {"kind", "linear"},
           {"weights", weights},
           {"tensor", {"lm_head.weight", "model.language_model.embed_tokens.weight"}}}}}},
       {"stages",
-       {{{"op", "tokenize"}},
+       {{{"op", "load_images"}},
+        {{"op", "tokenize"}},
+        {{"op", "patch_embed"},
+         {"weights", weights},
+         {"patch_weight", "model.visual.patch_embed.proj.weight"},
+         {"patch_bias", "model.visual.patch_embed.proj.bias"},
+         {"pos_embed", "model.visual.pos_embed.weight"}},
+        {{"op", "vision"}, {"graph", "vision"}},
         {{"op", "embed"}, {"table", "embed"}},
         {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
         {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},

@@ -39,6 +39,15 @@ struct ManifestStage {
   std::string path;     // "stages[2]", for messages
 };
 
+// How images are brought to the vision encoder's input size.
+struct ManifestImage {
+  std::string resize = "native";        // "fixed": any image -> size x size; "native": smart_resize (aspect kept)
+  std::int64_t size = 512;              // for "fixed"
+  std::int64_t min_pixels = 65536;      // for "native" (the processor's shortest_edge)
+  std::int64_t max_pixels = 16777216;   // for "native" (the processor's longest_edge)
+  std::int64_t max_decode_pixels = 100'000'000;  // larger images are refused before decoding
+};
+
 struct Manifest {
   std::filesystem::path dir;  // relative file names resolve against it
   std::string source;         // where it came from, for messages
@@ -54,6 +63,7 @@ struct Manifest {
   std::int64_t max_new_tokens = 0;  // default for a request
   SamplingParams sampling;
   std::vector<std::string> stop_tokens;
+  ManifestImage image;
   std::map<std::string, ManifestGraph> graphs;
   std::map<std::string, ManifestTable> tables;
   std::vector<ManifestStage> stages;

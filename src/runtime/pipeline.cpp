@@ -22,6 +22,9 @@ const Table& Resources::table(const std::string& name) const {
 }
 
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
+  if (stage.op == "load_images") return make_load_images_stage(stage, res);
+  if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);
+  if (stage.op == "vision") return make_vision_stage(stage, res);
   if (stage.op == "tokenize") return make_tokenize_stage(stage, res);
   if (stage.op == "embed") return make_embed_stage(stage, res);
   if (stage.op == "prefill") return make_prefill_stage(stage, res);
@@ -126,6 +129,9 @@ GenerationResult Pipeline::generate(const GenerationRequest& request) {
   if (ctx.max_new_tokens < 1) fail("max new tokens must be >= 1, got ", ctx.max_new_tokens);
   if (ctx.max_new_tokens >= m.context_length)
     fail("max new tokens (", ctx.max_new_tokens, ") must be below the context length (", m.context_length, ")");
+  if (!request.images.empty() &&
+      std::none_of(m.stages.begin(), m.stages.end(), [](const ManifestStage& s) { return s.op == "load_images"; }))
+    fail(m.source, ": this plan has no image stages (a text-only manifest); it cannot take an image");
   ctx.sampling = request.sampling.value_or(m.sampling);
   ctx.sampling.validate();
   for (const auto& stage : impl_->stages) stage->run(ctx);

@@ -22,6 +22,10 @@ struct GenerationRequest {
   std::string prompt;
   std::optional<std::string> system;      // a system turn before the user's
   bool raw = false;                       // the prompt is fed as is, without the chat template
+  // Images, placed in the user's turn at each "<image>" marker of the prompt,
+  // or before the text when the prompt has no marker.
+  std::vector<std::filesystem::path> images;
+  std::optional<std::string> resize;      // "fixed" or "native"; default: the manifest's
   std::optional<std::int64_t> max_new_tokens;  // default: the manifest's
   std::optional<SamplingParams> sampling;      // default: the manifest's
   std::function<void(std::string_view)> on_text;  // streamed text, never half a UTF-8 character
@@ -31,6 +35,8 @@ struct GenerationRequest {
 
 struct Timings {
   double load_ms = 0;      // Pipeline::open
+  double vision_ms = 0;    // image load, resize, stage F and the vision graph
+  std::int64_t image_tokens = 0;
   double prefill_ms = 0;   // prompt through the graphs, up to the first logits
   double ttft_ms = 0;      // request start to the first generated token
   double decode_ms_per_token = 0;

@@ -68,6 +68,18 @@ struct RunContext {
   std::int64_t rope_delta = 0;
   std::vector<float> logits;            // [vocab], the latest step's
   std::optional<StreamDecoder> stream;  // shared by decode (push) and detokenize (flush)
+
+  // Image path (empty for text requests).
+  struct Image {
+    std::vector<std::uint8_t> rgb;  // resized, HWC RGB8
+    std::int64_t height = 0, width = 0;
+    std::int64_t t = 1, gh = 0, gw = 0;  // grid in patches (image_grid_thw)
+  };
+  std::vector<Image> images;
+  std::vector<float> vision_hidden;  // [N, vision_hidden]: stage F's output, N = Σ t·gh·gw
+  std::vector<float> image_embeds;   // [N/4, hidden]
+  std::vector<float> deepstack;      // [n_deepstack, N/4, hidden]
+  std::int64_t n_deepstack = 0;
 };
 
 }  // namespace qhx

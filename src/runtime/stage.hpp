@@ -20,6 +20,9 @@ class Stage {
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res);
 
 // One constructor per op (src/runtime/stages/*.cpp).
+std::unique_ptr<Stage> make_load_images_stage(const ManifestStage& stage, Resources& res);
+std::unique_ptr<Stage> make_patch_embed_stage(const ManifestStage& stage, Resources& res);
+std::unique_ptr<Stage> make_vision_stage(const ManifestStage& stage, Resources& res);
 std::unique_ptr<Stage> make_tokenize_stage(const ManifestStage& stage, Resources& res);
 std::unique_ptr<Stage> make_embed_stage(const ManifestStage& stage, Resources& res);
 std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources& res);

@@ -45,6 +45,10 @@ float max_logit(std::span<const float> logits, const Ids& ids) {
   return m;
 }
 
+// Unnormalized softmax term in float, as torch computes it: float exp is
+// about twice as fast as double, and sums are accumulated in double.
+float rel_exp(std::span<const float> logits, std::int32_t id, float max) { return std::exp(at(logits, id) - max); }
+
 void check_history(std::span<const std::int32_t> history, std::size_t vocab) {
   for (const std::int32_t id : history)
     if (id < 0 || static_cast<std::size_t>(id) >= vocab)
@@ -97,17 +101,43 @@ void drop_tail(std::span<float> logits, Ids& order, std::size_t keep) {
   order.resize(keep);
 }
 
-// HF removes `logits < topk(logits, k).values[-1]`: every token tied with
-// the k-th largest survives.
+// The k-th largest logit, by one streaming pass with a size-k heap (front =
+// the smallest kept): past the first tokens nearly every logit fails a single
+// comparison, several times faster than nth_element over all ids.
+float kth_largest(std::span<const float> logits, std::size_t k, Ids& heap) {
+  const auto desc = by_logit_desc(logits);
+  heap.resize(k);
+  std::iota(heap.begin(), heap.end(), 0);
+  std::make_heap(heap.begin(), heap.end(), desc);
+  float kth = at(logits, heap.front());
+  for (std::size_t i = k; i < logits.size(); ++i) {
+    if (!(logits[i] > kth)) continue;
+    std::pop_heap(heap.begin(), heap.end(), desc);
+    heap.back() = static_cast<std::int32_t>(i);
+    std::push_heap(heap.begin(), heap.end(), desc);
+    kth = at(logits, heap.front());
+  }
+  return kth;
+}
+
+// Fills `order` with the candidates (ascending ids). HF removes
+// `logits < topk(logits, k).values[-1]`: every token tied with the k-th
+// largest survives, so more than k may.
 void keep_top_k(std::span<float> logits, std::int32_t top_k, Ids& order) {
   const auto k = static_cast<std::size_t>(top_k);
-  if (k == 0 || k >= order.size()) return;
-  const auto kth_it = order.begin() + static_cast<std::ptrdiff_t>(k - 1);
-  std::nth_element(order.begin(), kth_it, order.end(), by_logit_desc(logits));
-  const float kth = at(logits, *kth_it);
-  // Ties with the k-th value may sit past it (they have higher ids).
-  const auto end = std::partition(kth_it + 1, order.end(), [&](std::int32_t id) { return at(logits, id) >= kth; });
-  drop_tail(logits, order, static_cast<std::size_t>(end - order.begin()));
+  if (k == 0 || k >= logits.size()) {
+    order.resize(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    return;
+  }
+  const float kth = kth_largest(logits, k, order);
+  order.clear();
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] >= kth)
+      order.push_back(static_cast<std::int32_t>(i));
+    else
+      logits[i] = kNegInf;
+  }
 }
 
 // HF sorts ascending and removes a token when its cumulative probability
@@ -116,9 +146,9 @@ void keep_top_k(std::span<float> logits, std::int32_t top_k, Ids& order) {
 // head needs sorting, and it is sorted in growing chunks until it holds top_p.
 void keep_top_p(std::span<float> logits, float top_p, Ids& order) {
   if (top_p >= 1.0f) return;
-  const double m = max_logit(logits, order);
+  const float m = max_logit(logits, order);
   double z = 0.0;
-  for (const std::int32_t id : order) z += std::exp(static_cast<double>(at(logits, id)) - m);
+  for (const std::int32_t id : order) z += static_cast<double>(rel_exp(logits, id, m));
   const double target = static_cast<double>(top_p) * z;  // unnormalized, saves a division per token
 
   const auto desc = by_logit_desc(logits);
@@ -128,13 +158,16 @@ void keep_top_p(std::span<float> logits, float top_p, Ids& order) {
   double above = 0.0;
   while (kept < order.size() && above < target) {
     if (kept == sorted) {
-      const std::size_t next = std::min(order.size(), sorted + chunk);
-      std::partial_sort(order.begin() + static_cast<std::ptrdiff_t>(sorted),
-                        order.begin() + static_cast<std::ptrdiff_t>(next), order.end(), desc);
-      sorted = next;
+      // nth_element + sort rather than partial_sort, whose heap is several
+      // times slower once the head reaches tens of thousands of tokens.
+      const auto first = order.begin() + static_cast<std::ptrdiff_t>(sorted);
+      sorted = std::min(order.size(), sorted + chunk);
+      const auto last = order.begin() + static_cast<std::ptrdiff_t>(sorted);
+      std::nth_element(first, last - 1, order.end(), desc);
+      std::sort(first, last, desc);
       chunk *= 4;
     }
-    above += std::exp(static_cast<double>(at(logits, order[kept])) - m);
+    above += static_cast<double>(rel_exp(logits, order[kept], m));
     ++kept;
   }
   drop_tail(logits, order, kept);
@@ -145,10 +178,10 @@ void keep_top_p(std::span<float> logits, float top_p, Ids& order) {
 // itself always survives (exp(0) = 1 >= min_p).
 void keep_min_p(std::span<float> logits, float min_p, Ids& order) {
   if (min_p <= 0.0f) return;
-  const double m = max_logit(logits, order);
+  const float m = max_logit(logits, order);
   std::size_t w = 0;
   for (const std::int32_t id : order) {
-    if (std::exp(static_cast<double>(at(logits, id)) - m) < static_cast<double>(min_p))
+    if (rel_exp(logits, id, m) < min_p)
       logits[static_cast<std::size_t>(id)] = kNegInf;
     else
       order[w++] = id;
@@ -157,13 +190,12 @@ void keep_min_p(std::span<float> logits, float min_p, Ids& order) {
 }
 
 void softmax(std::span<const float> logits, const Ids& order, std::vector<float>& probs) {
-  const double m = max_logit(logits, order);
+  const float m = max_logit(logits, order);
   probs.resize(order.size());
   double z = 0.0;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const double e = std::exp(static_cast<double>(at(logits, order[i])) - m);
-    probs[i] = static_cast<float>(e);
-    z += e;
+    probs[i] = rel_exp(logits, order[i], m);
+    z += static_cast<double>(probs[i]);
   }
   for (float& p : probs) p = static_cast<float>(static_cast<double>(p) / z);
 }
@@ -208,8 +240,7 @@ void Sampler::select(std::span<float> logits, std::span<const std::int32_t> hist
   }
   apply_temperature(logits, p_.temperature);
   check_logits(logits);
-  order_.resize(logits.size());
-  std::iota(order_.begin(), order_.end(), 0);
+  order_.reserve(logits.size());  // the most candidates there can be: no reallocation later
   keep_top_k(logits, p_.top_k, order_);
   keep_top_p(logits, p_.top_p, order_);
   keep_min_p(logits, p_.min_p, order_);

@@ -109,6 +109,21 @@ TEST_P(Kernels, SiluMulAndAdd) {
   for (int i = 0; i < 37; ++i) EXPECT_EQ(acc[i], u[i] + g[i]);
 }
 
+TEST_P(Kernels, GeluFlavours) {
+  const auto x = random(41, 3.0f);
+  std::vector<double> tanh_want(41), erf_want(41);
+  for (int i = 0; i < 41; ++i) {
+    const double v = x[i];
+    tanh_want[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    erf_want[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+  }
+  std::vector<float> y(41);
+  k().gelu_tanh(x.data(), 41, y.data());
+  expect_close(y, tanh_want, 1e-6, 1e-6);
+  k().gelu_erf(x.data(), 41, y.data());
+  expect_close(y, erf_want, 1e-6, 1e-6);
+}
+
 TEST_P(Kernels, RopeRotateHalf) {
   const int T = 3, H = 2, D = 8;
   auto x = random(T * H * D);

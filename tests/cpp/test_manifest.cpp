@@ -98,7 +98,7 @@ TEST(Manifest, DefaultPlanForACheckpointDirectory) {
   const Manifest m = default_manifest_for_hf_dir("/some/ckpt");
   EXPECT_EQ(m.config, "/some/ckpt/config.json");  // absolute: the printed plan works from anywhere
   EXPECT_EQ(m.prefill_chunk, 320);
-  EXPECT_EQ(m.stages.size(), 5u);
+  EXPECT_EQ(m.stages.size(), 8u);
   EXPECT_EQ(m.graphs.at("lm_head").spec["tensor"][1], "model.language_model.embed_tokens.weight");
 }
 

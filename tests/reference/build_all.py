@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Builds (or reuses) the tiny HF reference checkpoints and their text references.
+"""Builds (or reuses) the tiny HF reference checkpoints and their text and image references.
 
-    build_all.py [--cache DIR] [--configs tiny_a,tiny_b] [--force]
+    build_all.py [--cache DIR] [--configs tiny_a,tiny_b] [--force] [--no-images]
 
 Layout (DIR defaults to $QHX_CACHE, itself defaulting to ~/.cache/qhexrt):
 
@@ -11,11 +11,17 @@ Layout (DIR defaults to $QHX_CACHE, itself defaulting to ~/.cache/qhexrt):
                                           preprocessor_config.json,
                                           video_preprocessor_config.json, qhx_stamp.json
     DIR/reference/<name>/text_<case>.safetensors / text_<case>.json
-    DIR/reference/<name>/manifest.json    written last; its "hash" marks the set complete
+    DIR/reference/<name>/image_<case>.safetensors / image_<case>.json
+    DIR/reference/<name>/manifest.json    written last; its "hash" marks the text set complete,
+                                          its "image_hash" the image set
+    DIR/reference/images/                 img512.png, img256x320.png, img300x200.png,
+                                          qhx_stamp.json (test_images.py; shared by all configs)
 
-Both steps are skipped when their stamp hash matches (config, script versions, chat
-template, tokenizer sha256, package versions); a cached run imports neither torch nor
-transformers. Builders take a per-config file lock, so concurrent runs do not race.
+Every step is skipped when its stamp hash matches (config, script versions, chat
+template, tokenizer sha256, package versions; for images also the test images' hash); a
+cached run imports neither torch nor transformers. Builders take a per-config file lock (and
+the images their own lock), so concurrent runs do not race. The text and image references
+have separate hashes: editing the image scripts never rebuilds the text references.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import make_checkpoint  # noqa: E402
+import make_image_reference  # noqa: E402
 import make_text_reference  # noqa: E402
+import test_images  # noqa: E402
 import tiny_configs  # noqa: E402
-from common import cache_root, locked, sha256_json, tokenizer_dir, write_json  # noqa: E402
+from common import (cache_root, locked, read_stamp, sha256_json, tokenizer_dir,  # noqa: E402
+                    write_json)
 
 MANIFEST = "manifest.json"
 
@@ -51,13 +60,16 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, force: bool = False,
-                     log=print) -> dict[str, Any]:
+                     log=print, images: bool = True) -> dict[str, Any]:
     """Builds what is missing or stale for config `name`; returns its manifest (plus
-    "built_checkpoint"/"built_text" flags and "seconds")."""
+    "built_checkpoint"/"built_text"/"built_images"/"built_image_refs" flags and "seconds").
+    With images=False the image references are neither built nor checked (a manifest that
+    already lists them keeps them)."""
     t0 = time.perf_counter()
     root = reference_dir(name, cache)
     ckpt_dir = root / "checkpoint"
     tok_dir = tokenizer_dir(cache)
+    imgs = test_images.ensure_images(cache, force=force, log=log) if images else None
     with locked(root.parent / f".{name}.lock"):
         ck = make_checkpoint.make_checkpoint(name, ckpt_dir, tok_dir=tok_dir, force=force, log=log)
         want = sha256_json({"checkpoint": ck["hash"], "text": make_text_reference.reference_hash_inputs()})
@@ -68,6 +80,8 @@ def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, for
             (root / f"text_{c}.{ext}").is_file() for c in cases for ext in ("safetensors", "json"))
         built_text = False
         if force or ck["built"] or man is None or man.get("hash") != want or not files_ok:
+            # image keys survive a text-only rebuild; _ensure_image_refs re-validates them
+            old_images = {k: man[k] for k in IMAGE_MANIFEST_KEYS if man and k in man}
             man_path.unlink(missing_ok=True)
             results = make_text_reference.make_text_reference(ckpt_dir, root, cases, log=log)
             man = {
@@ -90,11 +104,74 @@ def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, for
                     }
                     for c, r in results.items()
                 },
+                **old_images,
             }
             write_json(man_path, man)
             built_text = True
+        built_image_refs = False
+        if imgs is not None:
+            man, built_image_refs = _ensure_image_refs(name, root, ck, imgs, man, man_path,
+                                                       force, log)
     return {**man, "built_checkpoint": ck["built"], "built_text": built_text,
+            "built_images": bool(imgs and imgs["built"]), "built_image_refs": built_image_refs,
             "seconds": time.perf_counter() - t0}
+
+
+def _image_hash(ck: dict[str, Any], imgs: dict[str, Any]) -> str:
+    return sha256_json({"checkpoint": ck["hash"], "images": imgs["hash"],
+                        "pixels": {k: v["pixels_sha256"] for k, v in imgs["files"].items()},
+                        "image": make_image_reference.reference_hash_inputs()})
+
+
+def _ensure_image_refs(name: str, root: Path, ck: dict[str, Any], imgs: dict[str, Any],
+                       man: dict[str, Any], man_path: Path, force: bool,
+                       log) -> tuple[dict[str, Any], bool]:
+    """Image references for config `name` (caller holds the config lock; the text part of the
+    manifest is complete). The image keys are dropped from the manifest before a rebuild and
+    written back last, so an interrupted build is redone and never leaves the text stale."""
+    want = _image_hash(ck, imgs)
+    cases = list(make_image_reference.CASES)
+    files_ok = all((root / f"image_{c}.{ext}").is_file() for c in cases for ext in ("safetensors", "json"))
+    if not force and man.get("image_hash") == want and files_ok:
+        return man, False
+    man = {k: v for k, v in man.items() if k not in IMAGE_MANIFEST_KEYS}
+    write_json(man_path, man)
+    with test_images.reading(Path(imgs["dir"]).parent.parent):
+        now = read_stamp(Path(imgs["dir"]))
+        if now is None or now.get("hash") != imgs["hash"]:
+            raise RuntimeError(f"{imgs['dir']} changed while building {name}; run again")
+        results = make_image_reference.make_image_reference(root / "checkpoint", root, imgs["dir"],
+                                                            cases, log=log)
+    man = {
+        **man,
+        "image_hash": want,
+        "image_script_version": make_image_reference.SCRIPT_VERSION,
+        "images": {"dir": "../images", "hash": imgs["hash"],
+                   "files": {k: {"height": v["height"], "width": v["width"],
+                                 "pixels_sha256": v["pixels_sha256"]}
+                             for k, v in imgs["files"].items()}},
+        "image_cases": {
+            c: {
+                "safetensors": f"image_{c}.safetensors",
+                "json": f"image_{c}.json",
+                "images": r["images"],
+                "image_grid_thw": r["image_grid_thw"],
+                "num_patches": r["num_patches"],
+                "num_prompt_tokens": r["num_prompt_tokens"],
+                "rope_delta": r["rope_delta"],
+                "num_generated": r["num_generated"],
+                "min_top2_margin": r["min_top2_margin"],
+                "step0_vs_prompt_last_max_abs": r["step0_vs_prompt_last_max_abs"],
+                "step_vs_teacher_forced_max_abs": r["step_vs_teacher_forced_max_abs"],
+            }
+            for c, r in results.items()
+        },
+    }
+    write_json(man_path, man)
+    return man, True
+
+
+IMAGE_MANIFEST_KEYS = ("image_hash", "image_script_version", "images", "image_cases")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=None, help="cache root (default $QHX_CACHE or ~/.cache/qhexrt)")
     ap.add_argument("--configs", default=",".join(tiny_configs.TINY_NAMES))
     ap.add_argument("--force", action="store_true", help="rebuild even when the stamps match")
+    ap.add_argument("--no-images", action="store_true",
+                    help="skip the test images and image references")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     names = [n for n in args.configs.split(",") if n]
@@ -110,14 +189,20 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown config {n!r}; known: {', '.join(tiny_configs.TINY_NAMES)}")
     t0 = time.perf_counter()
     for n in names:
-        man = ensure_reference(n, args.cache, force=args.force)
+        man = ensure_reference(n, args.cache, force=args.force, images=not args.no_images)
         what = []
         what.append("built checkpoint" if man["built_checkpoint"] else "checkpoint cached")
         what.append("built text references" if man["built_text"] else "text references cached")
+        if not args.no_images:
+            what.append("built image references" if man["built_image_refs"]
+                        else "image references cached")
         print(f"[{n}] {', '.join(what)} ({man['seconds']:.1f} s) -> {reference_dir(n, args.cache)}")
         for c, info in man["cases"].items():
             print(f"    {c:<13} L={info['num_prompt_tokens']:<4} N={info['num_generated']:<3}"
                   f" min top2 margin {info['min_top2_margin']:.4g}")
+        for c, info in ({} if args.no_images else man.get("image_cases", {})).items():
+            print(f"    image_{c:<17} patches={info['num_patches']:<5} L={info['num_prompt_tokens']:<4}"
+                  f" N={info['num_generated']:<3} min top2 margin {info['min_top2_margin']:.4g}")
     print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 

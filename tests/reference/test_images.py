@@ -30,11 +30,13 @@ changes. Nothing here imports torch or transformers.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -216,12 +218,30 @@ def load_rgb(path: str | os.PathLike[str]):
         return np.asarray(im.convert("RGB")).copy()
 
 
+def _lock_path(cache: str | os.PathLike[str] | None) -> Path:
+    return images_dir(cache).parent / ".images.lock"
+
+
+@contextlib.contextmanager
+def reading(cache: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """A shared lock on the images directory: held while references read the PNGs, so a
+    concurrent ensure_images(force=True) (exclusive) cannot swap the directory underneath."""
+    lp = _lock_path(cache)
+    lp.parent.mkdir(parents=True, exist_ok=True)
+    with open(lp, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def ensure_images(cache: str | os.PathLike[str] | None = None, force: bool = False,
                   log=print) -> dict[str, Any]:
     """Writes the PNGs if missing or stale; returns the stamp plus {"dir", "built"}."""
     out = images_dir(cache)
     want = images_hash()
-    with locked(out.parent / ".images.lock"):
+    with locked(_lock_path(cache)):
         stamp = read_stamp(out)
         if (not force and stamp is not None and stamp.get("hash") == want
                 and all((out / n).is_file() for n in IMAGES)):

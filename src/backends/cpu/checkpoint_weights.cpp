@@ -39,6 +39,16 @@ WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name, std:
   return WeightMatrix{t.data, t.dtype, rows, cols};
 }
 
+WeightMatrix reshaped_matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows,
+                                    std::int64_t cols) {
+  const TensorView& t = ckpt.get(name);
+  if (t.shape.empty() || t.shape[0] != rows || t.numel() != rows * cols)
+    fail("tensor ", name, ": shape ", shape_str(t.shape), " does not flatten to [", rows, ", ", cols, "]");
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16)
+    fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not supported here (F32 or BF16)");
+  return WeightMatrix{t.data, t.dtype, rows, cols};
+}
+
 std::vector<float> vector_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t n) {
   const TensorView& t = expect(ckpt, name, {n});
   std::vector<float> out(static_cast<std::size_t>(n));

@@ -16,6 +16,11 @@ namespace qhx::cpu {
 // A [rows, cols] F32 or BF16 matrix. Throws qhx::Error naming the tensor.
 WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols);
 
+// A tensor of any shape read as a [rows, cols] matrix: its first dimension must
+// be rows and the rest must flatten to cols (e.g. a Conv3d kernel [out, C, T, kh, kw]).
+WeightMatrix reshaped_matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows,
+                                    std::int64_t cols);
+
 // A [n] vector widened to f32 (F32, BF16 or F16). Throws qhx::Error naming the tensor.
 std::vector<float> vector_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t n);
 

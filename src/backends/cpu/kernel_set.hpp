@@ -17,6 +17,8 @@ struct KernelSet {
   void (*layer_norm)(const float* x, const float* w, const float* b, std::int64_t rows, std::int64_t n, float eps,
                      float* y);
   void (*silu_mul)(const float* gate, const float* up, std::int64_t n, float* y);
+  void (*gelu_tanh)(const float* x, std::int64_t n, float* y);
+  void (*gelu_erf)(const float* x, std::int64_t n, float* y);
   void (*add_inplace)(float* y, const float* x, std::int64_t n);
   void (*rope_rotate_half)(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
                            const float* sin);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 namespace qhx::cpu {
@@ -77,6 +78,21 @@ void silu_mul(const float* gate, const float* up, std::int64_t n, float* y) {
   }
 }
 
+void gelu_tanh(const float* x, std::int64_t n, float* y) {
+  const float k = std::sqrt(2.0f / std::numbers::pi_v<float>);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void gelu_erf(const float* x, std::int64_t n, float* y) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::erf(v * static_cast<float>(1.0 / std::numbers::sqrt2)));
+  }
+}
+
 void add_inplace(float* y, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
@@ -139,9 +155,9 @@ void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_
 namespace qhx::cpu {
 
 const KernelSet& reference_kernels() {
-  static const KernelSet k{"reference",       ref::linear,           ref::rms_norm,  ref::layer_norm,
-                           ref::silu_mul,     ref::add_inplace,      ref::rope_rotate_half, ref::attention,
-                           ref::gather_rows};
+  static const KernelSet k{"reference",      ref::linear,      ref::rms_norm,  ref::layer_norm,
+                           ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
+                           ref::rope_rotate_half, ref::attention, ref::gather_rows};
   return k;
 }
 

@@ -23,6 +23,12 @@ void layer_norm(const float* x, const float* w, const float* b, std::int64_t row
 // y = silu(gate) ⊙ up, silu(u) = u·sigmoid(u).
 void silu_mul(const float* gate, const float* up, std::int64_t n, float* y);
 
+// y = gelu(x) with the tanh approximation (PyTorch's approximate="tanh").
+void gelu_tanh(const float* x, std::int64_t n, float* y);
+
+// y = gelu(x) = x·Φ(x), exact (erf).
+void gelu_erf(const float* x, std::int64_t n, float* y);
+
 // y += x.
 void add_inplace(float* y, const float* x, std::int64_t n);
 

@@ -3,6 +3,7 @@
 // of the last prompt position.
 #include <algorithm>
 
+#include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
 #include "qwen3vl/rope_index.hpp"
 #include "runtime/stage.hpp"
@@ -24,21 +25,45 @@ class PrefillStage final : public Stage {
     if (static_cast<std::int64_t>(ctx.embeds.size()) != L * H)
       fail("prefill: no embeddings for the prompt (the plan needs an \"embed\" stage before \"prefill\")");
 
-    const auto index = qwen3vl::rope_index(ctx.ids, static_cast<std::int32_t>(res.config.image_token_id), {},
-                                           res.config.vision.spatial_merge_size);
+    std::vector<qwen3vl::ImageGrid> grids;
+    for (const auto& im : ctx.images) grids.push_back({im.t, im.gh, im.gw});
+    const auto pad = static_cast<std::int32_t>(res.config.image_token_id);
+    const auto index = qwen3vl::rope_index(ctx.ids, pad, grids, res.config.vision.spatial_merge_size);
     ctx.positions = index.positions;
     ctx.rope_delta = index.rope_delta;
+    if (debug::dumping()) {
+      const std::vector<float> as_float(ctx.positions.begin(), ctx.positions.end());
+      debug::dump("rope.position_ids", as_float.data(), {3, L});
+      const auto delta = static_cast<float>(ctx.rope_delta);
+      debug::dump("rope.delta", &delta, {1});
+    }
+
+    // DeepStack features laid out per prompt token [n, L, H] (zero where no image), and the image mask.
+    const std::int64_t n_ds = ctx.images.empty() ? 0 : ctx.n_deepstack;
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(L));
+    for (std::int64_t i = 0; i < L; ++i) mask[static_cast<std::size_t>(i)] = ctx.ids[static_cast<std::size_t>(i)] == pad;
+    const std::int64_t n_img_tokens = static_cast<std::int64_t>(ctx.deepstack.size()) / std::max<std::int64_t>(1, n_ds * H);
 
     const std::int64_t chunk = res.manifest.prefill_chunk;
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
+    std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
+    std::int64_t img_row = 0;  // image tokens consumed by earlier chunks
     std::vector<float> logits;
     for (std::int64_t s = 0; s < L; s += chunk) {
       const std::int64_t T = std::min(chunk, L - s);
       for (int a = 0; a < 3; ++a)  // the chunk's [3, T] slice of the [3, L] positions
         std::copy_n(ctx.positions.begin() + a * L + s, T, pos.begin() + a * T);
+      std::int64_t row = img_row;
+      for (std::int64_t i = 0; i < T; ++i) {  // this chunk's [n_ds, T, H] slice
+        if (mask[static_cast<std::size_t>(s + i)] == 0) continue;
+        for (std::int64_t d = 0; d < n_ds; ++d)
+          std::copy_n(ctx.deepstack.data() + (d * n_img_tokens + row) * H, H, ds.data() + (d * T + i) * H);
+        ++row;
+      }
+      img_row = row;
       const bool all_rows = ctx.request.keep_prompt_logits;
-      run_llm_step(res, llm, head, ctx.embeds.data() + s * H, pos.data(), T, s, nullptr, 0, nullptr, all_rows,
-                   logits);
+      run_llm_step(res, llm, head, ctx.embeds.data() + s * H, pos.data(), T, s, ds.data(), n_ds, mask.data() + s,
+                   all_rows, logits);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
     }
     const std::int64_t V = head.outputs[0].shape[1];

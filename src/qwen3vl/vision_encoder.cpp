@@ -1,0 +1,204 @@
+#include "qwen3vl/vision_encoder.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_set.hpp"
+#include "common/debug_dump.hpp"
+#include "qhexrt/error.hpp"
+#include "qhexrt/hf_config.hpp"
+#include "qhexrt/safetensors.hpp"
+
+namespace qhx::qwen3vl {
+namespace {
+
+struct Block {
+  std::vector<float> norm1_w, norm1_b, norm2_w, norm2_b;  // [hidden]
+  cpu::Linear qkv, proj, fc1, fc2;  // qkv [3·hidden, hidden], proj [hidden, hidden], fc1 [inter, hidden], fc2 [hidden, inter]
+};
+
+struct Merger {
+  bool norm_after_grouping = false;  // DeepStack mergers normalize the grouped 4·hidden vector
+  std::vector<float> norm_w, norm_b;
+  cpu::Linear fc1, fc2;              // fc1 [4·hidden, 4·hidden], fc2 [out, 4·hidden]
+};
+
+class VisionEncoder final : public Delegate {
+ public:
+  void init(const GraphBlob& blob) override;
+  std::vector<IoSpec> input_specs() const override {
+    return {{"hidden", DType::F32, {-1, cfg_.hidden_size}}, {"grid_thw", DType::I64, {-1, 3}}};
+  }
+  std::vector<IoSpec> output_specs() const override {
+    return {{"image_embeds", DType::F32, {-1, cfg_.out_hidden_size}},
+            {"deepstack", DType::F32,
+             {static_cast<std::int64_t>(deepstack_.size()), -1, cfg_.out_hidden_size}}};
+  }
+  void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) override;
+
+ private:
+  void rope_tables(std::span<const std::int64_t> grid, std::int64_t n, std::vector<float>& cos,
+                   std::vector<float>& sin) const;
+  void merge(const Merger& m, const float* x, std::int64_t n, float* out) const;
+
+  std::string name_;
+  Qwen3VLVisionConfig cfg_;
+  std::int64_t head_dim_ = 0;
+  std::optional<Checkpoint> ckpt_;
+  std::vector<Block> blocks_;
+  std::vector<Merger> deepstack_;  // in the order of deepstack_visual_indexes
+  Merger merger_;
+  std::vector<float> inv_freq_;    // [head_dim / 4]
+  const cpu::KernelSet* k_ = &cpu::reference_kernels();
+};
+
+Merger load_merger(const Checkpoint& ck, const std::string& p, const Qwen3VLVisionConfig& c, bool after) {
+  const std::int64_t grouped = c.hidden_size * c.spatial_merge_size * c.spatial_merge_size;
+  const std::int64_t norm = after ? grouped : c.hidden_size;
+  return Merger{after, cpu::vector_weight(ck, p + "norm.weight", norm), cpu::vector_weight(ck, p + "norm.bias", norm),
+                cpu::linear_weight(ck, p + "linear_fc1", grouped, grouped, true),
+                cpu::linear_weight(ck, p + "linear_fc2", c.out_hidden_size, grouped, true)};
+}
+
+void VisionEncoder::init(const GraphBlob& blob) {
+  name_ = blob.name;
+  cfg_ = load_qwen3vl_config(blob_file(blob, "config")).vision;
+  ckpt_.emplace(Checkpoint::open(blob_file(blob, "weights")));
+  const Checkpoint& ck = *ckpt_;
+  const std::int64_t h = cfg_.hidden_size, inter = cfg_.intermediate_size;
+  head_dim_ = h / cfg_.num_heads;
+  const std::string p = "model.visual.";
+  for (std::int64_t b = 0; b < cfg_.depth; ++b) {
+    const std::string bp = p + "blocks." + std::to_string(b) + ".";
+    blocks_.push_back(Block{cpu::vector_weight(ck, bp + "norm1.weight", h), cpu::vector_weight(ck, bp + "norm1.bias", h),
+                            cpu::vector_weight(ck, bp + "norm2.weight", h), cpu::vector_weight(ck, bp + "norm2.bias", h),
+                            cpu::linear_weight(ck, bp + "attn.qkv", 3 * h, h, true),
+                            cpu::linear_weight(ck, bp + "attn.proj", h, h, true),
+                            cpu::linear_weight(ck, bp + "mlp.linear_fc1", inter, h, true),
+                            cpu::linear_weight(ck, bp + "mlp.linear_fc2", h, inter, true)});
+  }
+  for (std::size_t k = 0; k < cfg_.deepstack_visual_indexes.size(); ++k)
+    deepstack_.push_back(load_merger(ck, p + "deepstack_merger_list." + std::to_string(k) + ".", cfg_, true));
+  merger_ = load_merger(ck, p + "merger.", cfg_, false);
+  // Rotary over head_dim/2 dimensions, half for the row and half for the column: theta 10000.
+  const std::int64_t dim = head_dim_ / 2;
+  for (std::int64_t i = 0; i < dim / 2; ++i)
+    inv_freq_.push_back(static_cast<float>(
+        1.0 / std::pow(10000.0, static_cast<double>(static_cast<float>(2 * i) / static_cast<float>(dim)))));
+}
+
+// cos/sin [n, head_dim]: for the patch at (row, col) the angles are
+// [row·inv_freq, col·inv_freq], twice. Rows follow the 2×2 merge-window order.
+void VisionEncoder::rope_tables(std::span<const std::int64_t> grid, std::int64_t n, std::vector<float>& cos,
+                                std::vector<float>& sin) const {
+  const std::int64_t m = cfg_.spatial_merge_size, hd = head_dim_, q = static_cast<std::int64_t>(inv_freq_.size());
+  cos.resize(static_cast<std::size_t>(n * hd));
+  sin.resize(cos.size());
+  std::int64_t r = 0;
+  for (std::size_t img = 0; img < grid.size() / 3; ++img) {
+    const std::int64_t t = grid[img * 3], gh = grid[img * 3 + 1], gw = grid[img * 3 + 2];
+    for (std::int64_t f = 0; f < t; ++f)
+      for (std::int64_t bh = 0; bh < gh / m; ++bh)
+        for (std::int64_t bw = 0; bw < gw / m; ++bw)
+          for (std::int64_t j = 0; j < m * m; ++j, ++r) {
+            const auto row = static_cast<float>(bh * m + j / m), col = static_cast<float>(bw * m + j % m);
+            for (std::int64_t i = 0; i < q; ++i) {
+              const float a_row = row * inv_freq_[static_cast<std::size_t>(i)];
+              const float a_col = col * inv_freq_[static_cast<std::size_t>(i)];
+              for (const std::int64_t base : {std::int64_t{0}, 2 * q}) {
+                cos[static_cast<std::size_t>(r * hd + base + i)] = static_cast<float>(std::cos(double{a_row}));
+                sin[static_cast<std::size_t>(r * hd + base + i)] = static_cast<float>(std::sin(double{a_row}));
+                cos[static_cast<std::size_t>(r * hd + base + q + i)] = static_cast<float>(std::cos(double{a_col}));
+                sin[static_cast<std::size_t>(r * hd + base + q + i)] = static_cast<float>(std::sin(double{a_col}));
+              }
+            }
+          }
+  }
+}
+
+// out [n/4, out_hidden] from x [n, hidden]: group each 2×2 window's 4 rows into one vector.
+void VisionEncoder::merge(const Merger& mg, const float* x, std::int64_t n, float* out) const {
+  const std::int64_t h = cfg_.hidden_size, grouped = mg.fc1.w.cols, groups = n * h / grouped;
+  std::vector<float> normed(static_cast<std::size_t>(n * h)), mid(normed.size());
+  if (mg.norm_after_grouping)
+    k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), groups, grouped, 1e-6f, normed.data());
+  else
+    k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), n, h, 1e-6f, normed.data());
+  k_->linear(normed.data(), groups, mg.fc1.w, mg.fc1.bias_or_null(), mid.data());
+  k_->gelu_erf(mid.data(), groups * grouped, mid.data());
+  k_->linear(mid.data(), groups, mg.fc2.w, mg.fc2.bias_or_null(), out);
+}
+
+void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const TensorRef> out) {
+  const auto is = input_specs();
+  const auto os = output_specs();
+  check_io(name_, is, in, "input");
+  check_io(name_, os, out, "output");
+  const std::int64_t n = in[0].shape[0], h = cfg_.hidden_size, m = cfg_.spatial_merge_size;
+  const std::span<const std::int64_t> grid(in[1].as<const std::int64_t>(), static_cast<std::size_t>(in[1].numel()));
+  std::int64_t total = 0;
+  std::vector<std::int64_t> segments;  // attention runs within each frame of each image
+  for (std::size_t i = 0; i < grid.size(); i += 3) {
+    if (grid[i] < 1 || grid[i + 1] < m || grid[i + 2] < m || grid[i + 1] % m != 0 || grid[i + 2] % m != 0)
+      fail("graph \"", name_, "\": image ", i / 3 + 1, " has an invalid grid (", grid[i], ", ", grid[i + 1], ", ",
+           grid[i + 2], ")");
+    for (std::int64_t f = 0; f < grid[i]; ++f) segments.push_back(grid[i + 1] * grid[i + 2]);
+    total += grid[i] * grid[i + 1] * grid[i + 2];
+  }
+  if (total != n) fail("graph \"", name_, "\": the grids cover ", total, " patches, the input has ", n);
+  if (out[0].shape[0] != n / (m * m) || out[1].shape[1] != n / (m * m))
+    fail("graph \"", name_, "\": outputs must have ", n / (m * m), " rows");
+
+  std::vector<float> cos, sin;
+  rope_tables(grid, n, cos, sin);
+  const auto N = static_cast<std::size_t>(n), H = static_cast<std::size_t>(h);
+  std::vector<float> x(in[0].as<const float>(), in[0].as<const float>() + N * H);
+  std::vector<float> normed(N * H), qkv(N * 3 * H), q(N * H), kk(N * H), v(N * H), attn(N * H), tmp(N * H);
+  std::vector<float> mlp(N * static_cast<std::size_t>(cfg_.intermediate_size));
+  const std::int64_t heads = cfg_.num_heads, hd = head_dim_;
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  std::size_t tap = 0;
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    const Block& B = blocks_[b];
+    k_->layer_norm(x.data(), B.norm1_w.data(), B.norm1_b.data(), n, h, 1e-6f, normed.data());
+    k_->linear(normed.data(), n, B.qkv.w, B.qkv.bias_or_null(), qkv.data());
+    for (std::size_t r = 0; r < N; ++r) {  // [n, 3, heads, hd] -> q, k, v [n, heads, hd]
+      std::memcpy(&q[r * H], &qkv[r * 3 * H], H * sizeof(float));
+      std::memcpy(&kk[r * H], &qkv[r * 3 * H + H], H * sizeof(float));
+      std::memcpy(&v[r * H], &qkv[r * 3 * H + 2 * H], H * sizeof(float));
+    }
+    k_->rope_rotate_half(q.data(), n, heads, hd, cos.data(), sin.data());
+    k_->rope_rotate_half(kk.data(), n, heads, hd, cos.data(), sin.data());
+    std::int64_t s = 0;
+    for (const std::int64_t len : segments) {
+      const std::size_t off = static_cast<std::size_t>(s) * H;
+      k_->attention(&q[off], &kk[off], &v[off], len, len, heads, heads, hd, 0, scale, /*causal=*/false, &attn[off]);
+      s += len;
+    }
+    k_->linear(attn.data(), n, B.proj.w, B.proj.bias_or_null(), tmp.data());
+    k_->add_inplace(x.data(), tmp.data(), n * h);
+    k_->layer_norm(x.data(), B.norm2_w.data(), B.norm2_b.data(), n, h, 1e-6f, normed.data());
+    k_->linear(normed.data(), n, B.fc1.w, B.fc1.bias_or_null(), mlp.data());
+    k_->gelu_tanh(mlp.data(), n * cfg_.intermediate_size, mlp.data());
+    k_->linear(mlp.data(), n, B.fc2.w, B.fc2.bias_or_null(), tmp.data());
+    k_->add_inplace(x.data(), tmp.data(), n * h);
+    if (debug::dumping()) debug::dump("vision.block" + std::to_string(b), x.data(), {n, h});
+    if (tap < deepstack_.size() && cfg_.deepstack_visual_indexes[tap] == static_cast<std::int64_t>(b)) {
+      float* dst = out[1].as<float>() + static_cast<std::int64_t>(tap) * (n / (m * m)) * cfg_.out_hidden_size;
+      merge(deepstack_[tap], x.data(), n, dst);
+      if (debug::dumping())
+        debug::dump("vision.deepstack" + std::to_string(tap), dst, {n / (m * m), cfg_.out_hidden_size});
+      ++tap;
+    }
+  }
+  merge(merger_, x.data(), n, out[0].as<float>());
+  debug::dump("vision.merger", out[0].as<float>(), {n / (m * m), cfg_.out_hidden_size});
+}
+
+}  // namespace
+
+std::unique_ptr<Delegate> make_vision_encoder() { return std::make_unique<VisionEncoder>(); }
+
+}  // namespace qhx::qwen3vl

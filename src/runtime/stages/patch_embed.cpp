@@ -1,0 +1,66 @@
+// "patch_embed": the seed's host stage F, in f32 — pixel values of every image
+// (normalized, patchified in merge-window order), the patch embedding (the
+// Conv3d as one matrix multiply, with bias) plus the interpolated learned
+// position embedding. Output: the vision graph's input [N, vision_hidden].
+#include <optional>
+
+#include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_set.hpp"
+#include "common/debug_dump.hpp"
+#include "qhexrt/error.hpp"
+#include "qwen3vl/vision_preprocess.hpp"
+#include "runtime/stage.hpp"
+
+namespace qhx {
+namespace {
+
+class PatchEmbedStage final : public Stage {
+ public:
+  PatchEmbedStage(const ManifestStage& st, const Resources& res) {
+    const auto& vc = res.config.vision;
+    layout_ = {vc.patch_size, vc.temporal_patch_size, vc.spatial_merge_size};
+    const std::int64_t cols = vc.in_channels * vc.temporal_patch_size * vc.patch_size * vc.patch_size;
+    if (vc.in_channels != 3) fail(st.path, ": only 3-channel (RGB) vision input is supported");
+    file_.emplace(Checkpoint::open(res.manifest.dir / stage_ref(st, "weights")));
+    patch_ = cpu::reshaped_matrix_weight(*file_, stage_ref(st, "patch_weight"), vc.hidden_size, cols);
+    bias_ = cpu::vector_weight(*file_, stage_ref(st, "patch_bias"), vc.hidden_size);
+    pos_ = cpu::matrix_weight(*file_, stage_ref(st, "pos_embed"), vc.num_position_embeddings, vc.hidden_size);
+  }
+
+  void run(RunContext& ctx) override {
+    if (ctx.images.empty()) return;
+    const auto t0 = Clock::now();
+    const std::int64_t hidden = patch_.rows;
+    ctx.vision_hidden.clear();
+    std::vector<float> pos_all;
+    for (const auto& im : ctx.images) {
+      const auto px = qwen3vl::pixel_values(im.rgb.data(), im.height, im.width, layout_);
+      const std::int64_t n = im.gh * im.gw;
+      debug::dump("vision.pixel_values", px.data(), {n, static_cast<std::int64_t>(px.size()) / n});
+      const std::size_t at = ctx.vision_hidden.size();
+      ctx.vision_hidden.resize(at + static_cast<std::size_t>(n * hidden));
+      cpu::reference_kernels().linear(px.data(), n, patch_, bias_.data(), ctx.vision_hidden.data() + at);
+      const auto pos = qwen3vl::interpolate_pos_embed(pos_, im.t, im.gh, im.gw, layout_.merge);
+      pos_all.insert(pos_all.end(), pos.begin(), pos.end());
+    }
+    const auto n_all = static_cast<std::int64_t>(pos_all.size()) / hidden;
+    debug::dump("vision.patch_embed", ctx.vision_hidden.data(), {n_all, hidden});
+    debug::dump("vision.pos_embed", pos_all.data(), {n_all, hidden});
+    cpu::reference_kernels().add_inplace(ctx.vision_hidden.data(), pos_all.data(), n_all * hidden);
+    ctx.result.timings.vision_ms += ms_since(t0);
+  }
+
+ private:
+  qwen3vl::PatchLayout layout_;
+  std::optional<Checkpoint> file_;
+  cpu::WeightMatrix patch_, pos_;
+  std::vector<float> bias_;
+};
+
+}  // namespace
+
+std::unique_ptr<Stage> make_patch_embed_stage(const ManifestStage& stage, Resources& res) {
+  return std::make_unique<PatchEmbedStage>(stage, res);
+}
+
+}  // namespace qhx
