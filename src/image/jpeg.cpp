@@ -73,7 +73,7 @@ void collect_metadata(const jpeg_decompress_struct& cinfo, Decoded& out) {
 
 // Pillow decodes CMYK JPEGs as Adobe-inverted ("CMYK;I") and converts with
 // Convert.c's cmyk2rgb: nk = 255 - k; r = nk - MULDIV255(c, nk), where
-// MULDIV255(a, b) = ((a*b + 128) >> 8) + (a*b + 128)) >> 8.
+// MULDIV255(a, b) = (((a*b + 128) >> 8) + (a*b + 128)) >> 8.
 std::uint8_t cmyk_channel(std::uint8_t stored_c, std::uint8_t stored_k) {
   const int c = 255 - stored_c, nk = stored_k;  // nk = 255 - (255 - stored_k)
   const int t = c * nk + 128;

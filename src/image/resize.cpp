@@ -1,9 +1,12 @@
 // Pillow's bicubic resize (src/libImaging/Resample.c, 8 bits per channel),
 // reproduced operation for operation so that the output is bit-exact:
 // double-precision tap weights normalised to sum 1, rounded to 22-bit fixed
-// point, integer accumulation starting at 1/2, then clip8(sum >> 22). The
-// horizontal pass runs first into a uint8 intermediate; a pass whose dimension
-// does not change is skipped (Pillow's need_horizontal / need_vertical).
+// point, integer accumulation starting at 1/2, then clip8(sum >> 22). The two
+// passes go through a uint8 intermediate, so their order changes the result:
+// Pillow 13 runs the vertical pass first when the height shrinks by more than
+// twice as many pixels as the width does, else the horizontal one (older
+// Pillows and the spec's §3.3 say "always horizontal first"). A pass whose
+// dimension does not change is skipped (need_horizontal / need_vertical).
 #include <algorithm>
 #include <cmath>
 
@@ -74,8 +77,8 @@ Coefficients coefficients(std::int64_t in_size, std::int64_t out_size) {
 std::uint8_t clip8(std::int32_t v) { return static_cast<std::uint8_t>(std::clamp(v >> kPrecisionBits, 0, 255)); }
 
 // Rows [row0, row0 + rows) of `in`, resampled horizontally to out_w.
-RgbImage horizontal(const RgbImage& in, std::int64_t out_w, std::int64_t row0, std::int64_t rows) {
-  const Coefficients c = coefficients(in.width, out_w);
+RgbImage horizontal(const RgbImage& in, const Coefficients& c, std::int64_t out_w, std::int64_t row0,
+                    std::int64_t rows) {
   RgbImage out{out_w, rows, std::vector<std::uint8_t>(static_cast<std::size_t>(out_w * rows * 3))};
   for (std::int64_t y = 0; y < rows; ++y) {
     const std::uint8_t* line = in.pixels.data() + (row0 + y) * in.width * 3;
@@ -123,15 +126,22 @@ RgbImage resize_bicubic(const RgbImage& img, std::int64_t width, std::int64_t he
     fail("resize_bicubic: malformed source image ", img.width, "x", img.height, " with ", img.pixels.size(), " bytes");
   if (width == img.width && height == img.height) return img;
 
-  // As ImagingResampleInner: the vertical taps decide which source rows the
-  // horizontal pass needs to produce.
+  const bool need_horizontal = width != img.width, need_vertical = height != img.height;
   const Coefficients vert = coefficients(img.height, height);
+  const Coefficients horiz = coefficients(img.width, width);
+  // Pillow 13's ImagingResampleInner, in int arithmetic as there.
+  const std::int64_t shrink_h = img.height - height, shrink_w = img.width - width;
+  const bool horizontal_first = !(shrink_h > 0 && shrink_h > shrink_w * 2);
+  if (!horizontal_first) {
+    const RgbImage tmp = vertical(img, vert, height, 0);
+    return need_horizontal ? horizontal(tmp, horiz, width, 0, height) : tmp;
+  }
+  if (!need_horizontal) return vertical(img, vert, height, 0);
+  // The vertical taps decide which source rows the horizontal pass must produce.
   const std::int64_t row_first = vert.first.front();
   const std::int64_t row_last = vert.first.back() + vert.count.back();
-  if (width == img.width) return vertical(img, vert, height, 0);
-  RgbImage tmp = horizontal(img, width, row_first, row_last - row_first);
-  if (height == img.height) return tmp;
-  return vertical(tmp, vert, height, row_first);
+  RgbImage tmp = horizontal(img, horiz, width, row_first, row_last - row_first);
+  return need_vertical ? vertical(tmp, vert, height, row_first) : tmp;
 }
 
 }  // namespace qhx::image

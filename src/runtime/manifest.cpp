@@ -151,8 +151,9 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     for (const char* key : {"graph", "lm_head"})
       if (s.has_value(key) && !m.graphs.contains(s.string(key, "")))
         s.fail_at(key, cat("no graph named \"", s.string(key, ""), "\" in \"graphs\""));
-    if (s.has_value("table") && !m.tables.contains(s.string("table", "")))
-      s.fail_at("table", cat("no table named \"", s.string("table", ""), "\" in \"tables\""));
+    for (const char* key : {"table", "patch_weight", "patch_bias", "pos_embed"})
+      if (s.has_value(key) && !m.tables.contains(s.string(key, "")))
+        s.fail_at(key, cat("no table named \"", s.string(key, ""), "\" in \"tables\""));
     m.stages.push_back(std::move(ms));
   }
   return m;
@@ -185,7 +186,11 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
       {"sampling", {{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}},
       {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}},
       {"image", {{"resize", "native"}, {"min_pixels", 65536}, {"max_pixels", 16777216}}},
-      {"tables", {{"embed", {{"file", weights}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
+      {"tables",
+       {{"embed", {{"file", weights}, {"tensor", "model.language_model.embed_tokens.weight"}}},
+        {"patch_embed", {{"file", weights}, {"tensor", "model.visual.patch_embed.proj.weight"}}},
+        {"patch_bias", {{"file", weights}, {"tensor", "model.visual.patch_embed.proj.bias"}}},
+        {"pos_embed", {{"file", weights}, {"tensor", "model.visual.pos_embed.weight"}}}}},
       {"graphs",
        {{"vision", {{"backend", "cpu"}, {"kind", "qwen3vl.vision_encoder"}, {"config", config}, {"weights", weights}}},
         {"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", config}, {"weights", weights}}},
@@ -197,11 +202,7 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
       {"stages",
        {{{"op", "load_images"}},
         {{"op", "tokenize"}},
-        {{"op", "patch_embed"},
-         {"weights", weights},
-         {"patch_weight", "model.visual.patch_embed.proj.weight"},
-         {"patch_bias", "model.visual.patch_embed.proj.bias"},
-         {"pos_embed", "model.visual.pos_embed.weight"}},
+        {{"op", "patch_embed"}, {"patch_weight", "patch_embed"}, {"patch_bias", "patch_bias"}, {"pos_embed", "pos_embed"}},
         {{"op", "vision"}, {"graph", "vision"}},
         {{"op", "embed"}, {"table", "embed"}},
         {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},

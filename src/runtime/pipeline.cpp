@@ -21,6 +21,12 @@ const Table& Resources::table(const std::string& name) const {
   return it->second;
 }
 
+const Table& Resources::matrix_table(const std::string& name) const {
+  const Table& t = table(name);
+  if (t.matrix.data == nullptr) fail(manifest.source, ": table \"", name, "\" (", t.tensor, ") is not a matrix");
+  return t;
+}
+
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
   if (stage.op == "load_images") return make_load_images_stage(stage, res);
   if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);
@@ -100,9 +106,9 @@ Pipeline Pipeline::open(const std::filesystem::path& path) {
     in_manifest(m, "tables." + name, [&] {
       Table t;
       t.file.emplace(Checkpoint::open(m.dir / mt.file));
+      t.tensor = mt.tensor;
       const TensorView& v = t.file->get(mt.tensor);
-      if (v.shape.size() != 2) fail("tensor ", mt.tensor, " is not a matrix");
-      t.matrix = cpu::matrix_weight(*t.file, mt.tensor, v.shape[0], v.shape[1]);
+      if (v.shape.size() == 2) t.matrix = cpu::matrix_weight(*t.file, mt.tensor, v.shape[0], v.shape[1]);
       res.tables.emplace(name, std::move(t));
       return 0;
     });

@@ -29,6 +29,10 @@ struct GenerationRequest {
   std::optional<std::int64_t> max_new_tokens;  // default: the manifest's
   std::optional<SamplingParams> sampling;      // default: the manifest's
   std::function<void(std::string_view)> on_text;  // streamed text, never half a UTF-8 character
+  // Teacher forcing: decode step i takes forced_tokens[i] instead of sampling
+  // (the logits are still computed and kept), e.g. to measure top-1 agreement
+  // of a quantized bundle along the fp32 model's own continuation.
+  std::vector<std::int32_t> forced_tokens;
   bool keep_step_logits = false;          // the logits that chose each generated token
   bool keep_prompt_logits = false;        // the logits at every prompt position
 };

@@ -20,10 +20,11 @@
 
 namespace qhx {
 
-// A host-side lookup table (the token embeddings), mapped from its file.
+// A host-side tensor (the token embeddings, stage F's weights), mapped from its file.
 struct Table {
   std::optional<Checkpoint> file;
-  cpu::WeightMatrix matrix;  // [rows, cols]
+  std::string tensor;        // its name in the file
+  cpu::WeightMatrix matrix;  // [rows, cols] when the tensor is a matrix (else empty)
 };
 
 // A graph and its persistent state tensors (the KV cache), by input name.
@@ -44,6 +45,7 @@ struct Resources {
 
   Graph& graph(const std::string& name);
   const Table& table(const std::string& name) const;
+  const Table& matrix_table(const std::string& name) const;  // throws unless the table is a matrix
 };
 
 using Clock = std::chrono::steady_clock;

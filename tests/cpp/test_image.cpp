@@ -285,15 +285,5 @@ TEST(LoadImage, JpegDecodesAndTruncationFails) {
   expect_error([&] { load_image(header_only); }, {header_only.string(), "JPEG"});
 }
 
-TEST(LoadImage, JpegWithoutEoiStillDecodes) {
-  // Pillow decodes a JPEG whose only defect is the missing final EOI marker.
-  TempDir dir;
-  const std::string jpeg = encode_jpeg(pattern(40, 24));
-  ASSERT_EQ(jpeg.substr(jpeg.size() - 2), "\xFF\xD9");
-  const RgbImage full = load_image(dir.write("full.jpg", jpeg));
-  const RgbImage no_eoi = load_image(dir.write("noeoi.jpg", jpeg.substr(0, jpeg.size() - 2)));
-  EXPECT_EQ(no_eoi.pixels, full.pixels);
-}
-
 }  // namespace
 }  // namespace qhx::image

@@ -1,13 +1,17 @@
 // The shared kernel suite: every KernelSet of the CPU backend is checked
 // against straightforward double-precision formulas, over odd sizes, f32 and
-// bf16 weights. A new implementation joins by being added to kernel_sets().
+// bf16 weights (and f16, w8, w4 for linear). A new implementation joins by being added to kernel_sets().
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/kernel_set.hpp"
+#include "common/half.hpp"
+#include "formats/quantize.hpp"
 
 namespace qhx::cpu {
 namespace {
@@ -40,8 +44,43 @@ void expect_close(const std::vector<float>& a, const std::vector<double>& b, dou
     ASSERT_LE(std::abs(a[i] - b[i]), atol + rtol * std::abs(b[i])) << "at " << i << ": " << a[i] << " vs " << b[i];
 }
 
+// want[i, j] = b[j] + sum_c x[i, c] * w[j, c], in double.
+std::vector<double> linear_want(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                                int m, int n, int kk) {
+  std::vector<double> want(static_cast<std::size_t>(m * n));
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = b[static_cast<std::size_t>(j)];
+      for (int c = 0; c < kk; ++c) s += static_cast<double>(x[static_cast<std::size_t>(i * kk + c)]) * w[static_cast<std::size_t>(j * kk + c)];
+      want[static_cast<std::size_t>(i * n + j)] = s;
+    }
+  return want;
+}
+
+// The quantized formats' values, dequantized here from the stored bytes as the
+// contract says (docs/bundle.md): value = float(q) * scale, f16 widened.
+std::vector<float> dequantized(const QuantizedMatrix& q) {
+  const auto n = static_cast<std::size_t>(q.rows * q.cols);
+  const auto cols = static_cast<std::size_t>(q.cols);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t r = i / cols, c = i % cols;
+    if (q.format == WeightFormat::F16) {
+      std::uint16_t h;
+      std::memcpy(&h, q.data.data() + 2 * i, 2);
+      v[i] = f16_to_f32(h);
+    } else if (q.format == WeightFormat::W8) {
+      v[i] = static_cast<float>(static_cast<std::int8_t>(q.data[i])) * q.scales[r];
+    } else {
+      const int nib = (q.data[i / 2] >> (4 * (i % 2))) & 0xF;
+      v[i] = static_cast<float>(nib >= 8 ? nib - 16 : nib) * q.scales[r * cols / 32 + c / 32];
+    }
+  }
+  return v;
+}
+
 TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
-  for (const auto& [m, n, kk] : {std::tuple{1, 7, 13}, {5, 33, 64}, {3, 1, 1}, {17, 19, 130}}) {
+  for (const auto& [m, n, kk] : {std::tuple{1, 7, 13}, {5, 33, 64}, {3, 1, 1}, {17, 19, 130}, {4, 9, 96}}) {
     const auto x = random(static_cast<std::size_t>(m * kk));
     auto w = random(static_cast<std::size_t>(n * kk));
     const auto b = random(static_cast<std::size_t>(n));
@@ -50,18 +89,27 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
       wb[i] = to_bf16(w[i]);
       w[i] = bf16_to_f32(wb[i]);  // the same values in both forms
     }
-    std::vector<double> want(static_cast<std::size_t>(m * n));
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j) {
-        double s = b[static_cast<std::size_t>(j)];
-        for (int c = 0; c < kk; ++c) s += static_cast<double>(x[static_cast<std::size_t>(i * kk + c)]) * w[static_cast<std::size_t>(j * kk + c)];
-        want[static_cast<std::size_t>(i * n + j)] = s;
-      }
+    auto want = linear_want(x, w, b, m, n, kk);
     std::vector<float> y(want.size());
     k().linear(x.data(), m, WeightMatrix{w.data(), DType::F32, n, kk}, b.data(), y.data());
     expect_close(y, want, 1e-5, 1e-5);
     k().linear(x.data(), m, WeightMatrix{wb.data(), DType::BF16, n, kk}, b.data(), y.data());
     expect_close(y, want, 1e-5, 1e-5);
+
+    // f16, w8 and (when kk allows) w4 of the same values, against their dequantized values.
+    for (const WeightFormat f : {WeightFormat::F16, WeightFormat::W8, WeightFormat::W4}) {
+      if (f == WeightFormat::W4 && kk % 32 != 0) continue;
+      SCOPED_TRACE(std::string(format_name(f)) + " " + std::to_string(n) + "x" + std::to_string(kk));
+      const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f);
+      const WeightMatrix wq = f == WeightFormat::F16 ? WeightMatrix{q.data.data(), DType::F16, n, kk}
+                              : f == WeightFormat::W8
+                                  ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data.data()),
+                                                     q.scales.data(), n, kk)
+                                  : WeightMatrix::w4(q.data.data(), q.scales.data(), n, kk);
+      k().linear(x.data(), m, wq, b.data(), y.data());
+      expect_close(y, linear_want(x, dequantized(q), b, m, n, kk), 1e-5, 1e-5);
+    }
+
     k().linear(x.data(), m, WeightMatrix{w.data(), DType::F32, n, kk}, nullptr, y.data());
     for (std::size_t j = 0; j < want.size(); ++j) want[j] -= b[j % static_cast<std::size_t>(n)];
     expect_close(y, want, 1e-5, 1e-5);

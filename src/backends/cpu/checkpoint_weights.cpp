@@ -1,8 +1,9 @@
 #include "backends/cpu/checkpoint_weights.hpp"
 
-#include <cmath>
+#include <cstdint>
 #include <cstring>
 
+#include "common/half.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
@@ -21,32 +22,97 @@ const TensorView& expect(const Checkpoint& ckpt, const std::string& name, const 
   return t;
 }
 
-float f16_to_f32(std::uint16_t h) {
-  const int exp = (h >> 10) & 0x1F;
-  const int mant = h & 0x3FF;
-  const float sign = (h & 0x8000) != 0 ? -1.0f : 1.0f;
-  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -24);
-  if (exp == 31) return mant != 0 ? NAN : sign * INFINITY;
-  return sign * std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
+// How a matrix's stored tensor must relate to its logical [rows, cols].
+enum class Layout {
+  Exact,    // exactly [rows, stored_cols]
+  Flatten,  // [rows, ...] with the trailing dimensions flattening to stored_cols
+};
+
+std::string expected_str(Layout layout, std::int64_t rows, std::int64_t stored_cols) {
+  return layout == Layout::Exact ? shape_str({rows, stored_cols})
+                                 : cat("[", rows, ", ...] flattening to ", shape_str({rows, stored_cols}));
+}
+
+// `what` says which format fixed stored_cols, for the message ("" for float formats).
+void check_stored_shape(const TensorView& t, const std::string& name, std::int64_t rows, std::int64_t cols,
+                        std::int64_t stored_cols, Layout layout, const char* what) {
+  const bool ok = layout == Layout::Exact
+                      ? t.shape == std::vector<std::int64_t>{rows, stored_cols}
+                      : !t.shape.empty() && t.shape[0] == rows && t.numel() == rows * stored_cols;
+  if (ok) return;
+  if (*what == '\0') {
+    if (layout == Layout::Exact)
+      fail("tensor ", name, ": shape ", shape_str(t.shape), " does not match the config's ", shape_str({rows, cols}));
+    fail("tensor ", name, ": shape ", shape_str(t.shape), " does not flatten to [", rows, ", ", cols, "]");
+  }
+  fail("tensor ", name, ": shape ", shape_str(t.shape), " does not match ", expected_str(layout, rows, stored_cols),
+       ", which a ", what, " matrix of the config's ", shape_str({rows, cols}), " needs");
+}
+
+// The F32 scales `<name>.scale` of a quantized matrix, checked against `shape`.
+const float* scales_of(const Checkpoint& ckpt, const std::string& name, const char* what,
+                       const std::vector<std::int64_t>& shape, const char* layout) {
+  const std::string sname = name + ".scale";
+  const TensorView* s = ckpt.find(sname);
+  if (s == nullptr)
+    fail("tensor ", name, ": a ", what, " matrix needs its scales in tensor ", sname, ", which the checkpoint lacks");
+  if (s->dtype != DType::F32)
+    fail("tensor ", sname, ": dtype ", dtype_name(s->dtype), " is not F32 (the scales of ", what, " matrix ", name, ")");
+  if (s->shape != shape)
+    fail("tensor ", sname, ": shape ", shape_str(s->shape), " does not match ", shape_str(shape), " (", layout,
+         " scales of ", what, " matrix ", name, ")");
+  if (reinterpret_cast<std::uintptr_t>(s->data) % alignof(float) != 0)
+    fail("tensor ", sname, ": data is not 4-byte aligned in its file, so it cannot be used in place");
+  return reinterpret_cast<const float*>(s->data);
+}
+
+WeightMatrix load_matrix(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols,
+                         Layout layout) {
+  const TensorView& t = ckpt.get(name);
+  switch (t.dtype) {
+    case DType::F32:
+    case DType::BF16:
+    case DType::F16:
+      check_stored_shape(t, name, rows, cols, cols, layout, "");
+      if (ckpt.find(name + ".scale") != nullptr)
+        fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not quantized, yet the checkpoint has a tensor ",
+             name, ".scale (only I8 (w8) and U8 (w4) matrices have scales)");
+      return WeightMatrix{t.data, t.dtype, rows, cols, nullptr};
+    case DType::I8: {
+      check_stored_shape(t, name, rows, cols, cols, layout, "I8 (w8)");
+      const float* s = scales_of(ckpt, name, "I8 (w8)", {rows}, "per-row");
+      return WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(t.data), s, rows, cols);
+    }
+    case DType::U8: {
+      if (cols % kW4GroupSize != 0)
+        fail("tensor ", name, ": a U8 (w4) matrix needs a multiple of ", kW4GroupSize,
+             " input features, but the config's matrix is ", shape_str({rows, cols}));
+      check_stored_shape(t, name, rows, cols, cols / 2, layout, "U8 (w4)");
+      const float* s = scales_of(ckpt, name, "U8 (w4)", {rows, cols / kW4GroupSize}, "per-group");
+      return WeightMatrix::w4(reinterpret_cast<const std::uint8_t*>(t.data), s, rows, cols);
+    }
+    default:
+      fail("tensor ", name, ": dtype ", dtype_name(t.dtype),
+           " is not a weight matrix format (F32, BF16, F16, I8 + scale (w8), U8 + scale (w4))");
+  }
 }
 
 }  // namespace
 
 WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols) {
-  const TensorView& t = expect(ckpt, name, {rows, cols});
-  if (t.dtype != DType::F32 && t.dtype != DType::BF16)
-    fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not supported here (F32 or BF16)");
-  return WeightMatrix{t.data, t.dtype, rows, cols};
+  return load_matrix(ckpt, name, rows, cols, Layout::Exact);
+}
+
+WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name) {
+  const TensorView& t = ckpt.get(name);
+  if (t.shape.size() != 2) fail("tensor ", name, ": shape ", shape_str(t.shape), " is not a matrix");
+  const std::int64_t cols = t.dtype == DType::U8 ? 2 * t.shape[1] : t.shape[1];
+  return load_matrix(ckpt, name, t.shape[0], cols, Layout::Exact);
 }
 
 WeightMatrix reshaped_matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows,
                                     std::int64_t cols) {
-  const TensorView& t = ckpt.get(name);
-  if (t.shape.empty() || t.shape[0] != rows || t.numel() != rows * cols)
-    fail("tensor ", name, ": shape ", shape_str(t.shape), " does not flatten to [", rows, ", ", cols, "]");
-  if (t.dtype != DType::F32 && t.dtype != DType::BF16)
-    fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not supported here (F32 or BF16)");
-  return WeightMatrix{t.data, t.dtype, rows, cols};
+  return load_matrix(ckpt, name, rows, cols, Layout::Flatten);
 }
 
 std::vector<float> vector_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t n) {

@@ -2,6 +2,14 @@
 // wrong or mismatched file needs: the tensor exists, has the expected shape
 // and a supported dtype. Matrices stay in the mapped file; vectors (norm
 // weights, biases) are small and are widened to f32.
+//
+// A matrix's format follows from its stored dtype and its companion
+// `<name>.scale` (docs/bundle.md, "Weight formats"):
+//   F32 / BF16 / F16 [rows, cols], no scale           -> f32 / bf16 / f16
+//   I8 [rows, cols]       + F32 scale [rows]           -> w8
+//   U8 [rows, cols / 2]   + F32 scale [rows, cols / 32] -> w4 (cols % 32 == 0)
+// Anything else (a quantized matrix without its scale, a scale of the wrong
+// shape or dtype, a scale next to a float matrix) is an error naming the tensor.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +21,16 @@
 
 namespace qhx::cpu {
 
-// A [rows, cols] F32 or BF16 matrix. Throws qhx::Error naming the tensor.
+// A [rows, cols] matrix in any of the formats above. Throws qhx::Error naming the tensor.
 WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols);
 
+// The same, with [rows, cols] taken from the file (a 2-D tensor; a w4 matrix
+// stores cols / 2 bytes per row, so its stored shape is not its logical one).
+WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name);
+
 // A tensor of any shape read as a [rows, cols] matrix: its first dimension must
-// be rows and the rest must flatten to cols (e.g. a Conv3d kernel [out, C, T, kh, kw]).
+// be rows and the rest must flatten to cols (e.g. a Conv3d kernel [out, C, T, kh, kw];
+// for w4, to cols / 2 bytes). Same formats and scales as matrix_weight.
 WeightMatrix reshaped_matrix_weight(const Checkpoint& ckpt, const std::string& name, std::int64_t rows,
                                     std::int64_t cols);
 

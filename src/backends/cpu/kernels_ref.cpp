@@ -8,15 +8,54 @@
 #include <numbers>
 #include <vector>
 
+#include "qhexrt/error.hpp"
+
 namespace qhx::cpu {
 
-void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out) {
-  if (w.dtype == DType::F32) {
-    std::memcpy(out, static_cast<const float*>(w.data) + r * w.cols, static_cast<std::size_t>(w.cols) * sizeof(float));
-    return;
+const char* weight_format_name(const WeightMatrix& w) {
+  switch (w.dtype) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::I8: return "w8";
+    case DType::U8: return "w4";
+    default: return "invalid";
   }
-  const auto* src = static_cast<const std::uint16_t*>(w.data) + r * w.cols;
-  for (std::int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(src[c]);
+}
+
+void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out) {
+  const std::int64_t n = w.cols;
+  switch (w.dtype) {
+    case DType::F32:
+      std::memcpy(out, static_cast<const float*>(w.data) + r * n, static_cast<std::size_t>(n) * sizeof(float));
+      return;
+    case DType::BF16: {
+      const auto* src = static_cast<const std::uint16_t*>(w.data) + r * n;
+      for (std::int64_t c = 0; c < n; ++c) out[c] = bf16_to_f32(src[c]);
+      return;
+    }
+    case DType::F16: {
+      const auto* src = static_cast<const std::uint16_t*>(w.data) + r * n;
+      for (std::int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(src[c]);
+      return;
+    }
+    case DType::I8: {  // w8: one scale per row
+      const auto* q = static_cast<const std::int8_t*>(w.data) + r * n;
+      const float s = w.scales[r];
+      for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(q[c]) * s;
+      return;
+    }
+    case DType::U8: {  // w4: two values per byte, one scale per 32 columns
+      const auto* q = static_cast<const std::uint8_t*>(w.data) + r * (n / 2);
+      const float* s = w.scales + r * (n / kW4GroupSize);
+      for (std::int64_t c = 0; c < n; ++c)
+        out[c] = static_cast<float>(w4_nibble(q[c / 2], static_cast<int>(c & 1))) * s[c / kW4GroupSize];
+      return;
+    }
+    default:
+      break;
+  }
+  fail("weight_row_to_f32: dtype ", dtype_name(w.dtype), " is not a weight format (F32, BF16, F16, I8, U8)");
 }
 
 namespace ref {

@@ -1,22 +1,53 @@
-// How CPU kernels see weights: read-only row-major matrices in the dtype they
-// were stored in (mmapped, never copied). bf16 widens to f32 exactly by a
-// 16-bit shift, so kernels compute in f32 on bf16 weights without converting
-// the checkpoint up front.
+// How CPU kernels see weights: read-only row-major matrices in the form they
+// were stored in (mmapped, never copied). Kernels compute in f32: each format
+// widens to f32 exactly, row by row (weight_row_to_f32), so no checkpoint is
+// converted up front.
+//
+// The storage element type (`dtype`) names the format; `scales` is set for
+// exactly the two quantized ones (docs/bundle.md, "Weight formats"):
+//
+//   dtype  format  data                              scales          value of element (r, c)
+//   F32    f32     float [rows, cols]                nullptr         data[r, c]
+//   BF16   bf16    bf16  [rows, cols]                nullptr         data[r, c] widened
+//   F16    f16     f16   [rows, cols]                nullptr         data[r, c] widened
+//   I8     w8      int8  [rows, cols]                float [rows]    q[r, c] * scales[r]
+//   U8     w4      byte  [rows, cols / 2], two int4  float [rows, cols / 32]
+//                  per byte: column 2j in the low nibble,            q[r, c] * scales[r, c / 32]
+//                  2j + 1 in the high one, two's complement
+//
+// `cols` is always the logical number of input features (a w4 row holds
+// cols / 2 bytes, and w4 needs cols % 32 == 0).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "common/half.hpp"
 #include "qhexrt/dtype.hpp"
 
 namespace qhx::cpu {
 
+// Columns sharing one w4 scale.
+inline constexpr std::int64_t kW4GroupSize = 32;
+
 struct WeightMatrix {
   const void* data = nullptr;
-  DType dtype = DType::F32;  // F32 or BF16
-  std::int64_t rows = 0;     // output features
-  std::int64_t cols = 0;     // input features
+  DType dtype = DType::F32;       // F32, BF16, F16, I8 (w8) or U8 (w4): see the table above
+  std::int64_t rows = 0;          // output features
+  std::int64_t cols = 0;          // input features
+  const float* scales = nullptr;  // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
+
+  static WeightMatrix w8(const std::int8_t* q, const float* row_scales, std::int64_t rows, std::int64_t cols) {
+    return {q, DType::I8, rows, cols, row_scales};
+  }
+  static WeightMatrix w4(const std::uint8_t* packed, const float* group_scales, std::int64_t rows,
+                         std::int64_t cols) {
+    return {packed, DType::U8, rows, cols, group_scales};
+  }
 };
+
+// "f32", "bf16", "f16", "w8", "w4" (or "invalid"), for messages.
+const char* weight_format_name(const WeightMatrix& w);
 
 inline float bf16_to_f32(std::uint16_t v) {
   const std::uint32_t bits = static_cast<std::uint32_t>(v) << 16;
@@ -25,7 +56,13 @@ inline float bf16_to_f32(std::uint16_t v) {
   return f;
 }
 
-// Writes row `r` of `w` as f32 into `out` [w.cols].
+// The signed value of nibble `high` (0 = low, 1 = high) of a w4 byte.
+inline int w4_nibble(std::uint8_t byte, int high) {
+  const int v = (byte >> (high != 0 ? 4 : 0)) & 0xF;
+  return v >= 8 ? v - 16 : v;
+}
+
+// Writes row `r` of `w` as f32 into `out` [w.cols]: exact (quantized values are float(q) * scale).
 void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out);
 
 }  // namespace qhx::cpu

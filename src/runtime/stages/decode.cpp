@@ -20,7 +20,7 @@ class DecodeStage final : public Stage {
     Resources& res = ctx.res;
     Graph& llm = res.graph(llm_);
     Graph& head = res.graph(lm_head_);
-    const Table& table = res.table(table_);
+    const Table& table = res.matrix_table(table_);
     if (ctx.logits.empty()) fail("decode: no logits to sample from (the plan needs a \"prefill\" stage first)");
     GenerationResult& out = ctx.result;
     Sampler sampler(ctx.sampling);
@@ -35,7 +35,9 @@ class DecodeStage final : public Stage {
     out.stop_reason = "max_new_tokens";
     for (std::int64_t step = 0; step < ctx.max_new_tokens; ++step) {
       if (ctx.request.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
-      const std::int32_t tok = sampler.sample(ctx.logits, history);
+      const auto& forced = ctx.request.forced_tokens;
+      const std::int32_t tok = static_cast<std::size_t>(step) < forced.size() ? forced[static_cast<std::size_t>(step)]
+                                                                              : sampler.sample(ctx.logits, history);
       out.tokens.push_back(tok);
       history.push_back(tok);
       if (step == 0) out.timings.ttft_ms = ms_since(ctx.started);
@@ -69,7 +71,7 @@ std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& 
   std::string table = stage_ref(stage, "table");
   (void)res.graph(llm);
   (void)res.graph(head);
-  (void)res.table(table);
+  (void)res.matrix_table(table);
   return std::make_unique<DecodeStage>(std::move(llm), std::move(head), std::move(table));
 }
 

@@ -13,7 +13,7 @@ class EmbedStage final : public Stage {
   explicit EmbedStage(std::string table) : table_(std::move(table)) {}
 
   void run(RunContext& ctx) override {
-    const Table& t = ctx.res.table(table_);
+    const Table& t = ctx.res.matrix_table(table_);
     for (const auto id : ctx.ids)
       if (id < 0 || id >= t.matrix.rows)
         fail("token id ", id, " is outside the embedding table \"", table_, "\" (", t.matrix.rows, " rows)");
@@ -47,7 +47,7 @@ class EmbedStage final : public Stage {
 
 std::unique_ptr<Stage> make_embed_stage(const ManifestStage& stage, Resources& res) {
   std::string table = stage_ref(stage, "table");
-  (void)res.table(table);
+  (void)res.matrix_table(table);
   return std::make_unique<EmbedStage>(std::move(table));
 }
 

@@ -2,8 +2,6 @@
 // (normalized, patchified in merge-window order), the patch embedding (the
 // Conv3d as one matrix multiply, with bias) plus the interpolated learned
 // position embedding. Output: the vision graph's input [N, vision_hidden].
-#include <optional>
-
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
@@ -21,10 +19,14 @@ class PatchEmbedStage final : public Stage {
     layout_ = {vc.patch_size, vc.temporal_patch_size, vc.spatial_merge_size};
     const std::int64_t cols = vc.in_channels * vc.temporal_patch_size * vc.patch_size * vc.patch_size;
     if (vc.in_channels != 3) fail(st.path, ": only 3-channel (RGB) vision input is supported");
-    file_.emplace(Checkpoint::open(res.manifest.dir / stage_ref(st, "weights")));
-    patch_ = cpu::reshaped_matrix_weight(*file_, stage_ref(st, "patch_weight"), vc.hidden_size, cols);
-    bias_ = cpu::vector_weight(*file_, stage_ref(st, "patch_bias"), vc.hidden_size);
-    pos_ = cpu::matrix_weight(*file_, stage_ref(st, "pos_embed"), vc.num_position_embeddings, vc.hidden_size);
+    // Three host tables: the patch embedding (a Conv3d kernel, read as [hidden, C·T·p·p]), its bias, and the
+    // learned position embeddings [side², hidden].
+    const Table& patch = res.table(stage_ref(st, "patch_weight"));
+    const Table& bias = res.table(stage_ref(st, "patch_bias"));
+    const Table& pos = res.table(stage_ref(st, "pos_embed"));
+    patch_ = cpu::reshaped_matrix_weight(*patch.file, patch.tensor, vc.hidden_size, cols);
+    bias_ = cpu::vector_weight(*bias.file, bias.tensor, vc.hidden_size);
+    pos_ = cpu::matrix_weight(*pos.file, pos.tensor, vc.num_position_embeddings, vc.hidden_size);
   }
 
   void run(RunContext& ctx) override {
@@ -52,7 +54,6 @@ class PatchEmbedStage final : public Stage {
 
  private:
   qwen3vl::PatchLayout layout_;
-  std::optional<Checkpoint> file_;
   cpu::WeightMatrix patch_, pos_;
   std::vector<float> bias_;
 };

@@ -13,7 +13,8 @@ namespace {
 
 class PrefillStage final : public Stage {
  public:
-  PrefillStage(std::string llm, std::string lm_head) : llm_(std::move(llm)), lm_head_(std::move(lm_head)) {}
+  PrefillStage(std::string llm, std::string lm_head, bool one_by_one)
+      : llm_(std::move(llm)), lm_head_(std::move(lm_head)), one_by_one_(one_by_one) {}
 
   void run(RunContext& ctx) override {
     const auto t0 = Clock::now();
@@ -44,7 +45,8 @@ class PrefillStage final : public Stage {
     for (std::int64_t i = 0; i < L; ++i) mask[static_cast<std::size_t>(i)] = ctx.ids[static_cast<std::size_t>(i)] == pad;
     const std::int64_t n_img_tokens = static_cast<std::int64_t>(ctx.deepstack.size()) / std::max<std::int64_t>(1, n_ds * H);
 
-    const std::int64_t chunk = res.manifest.prefill_chunk;
+    // "decode_over_prompt" feeds the prompt one token per call, as the seed's decode graph does.
+    const std::int64_t chunk = one_by_one_ ? 1 : res.manifest.prefill_chunk;
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
     std::int64_t img_row = 0;  // image tokens consumed by earlier chunks
@@ -74,6 +76,7 @@ class PrefillStage final : public Stage {
 
  private:
   std::string llm_, lm_head_;
+  bool one_by_one_;
 };
 
 }  // namespace
@@ -83,7 +86,14 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
   std::string head = stage_ref(stage, "lm_head");
   (void)res.graph(llm);
   (void)res.graph(head);
-  return std::make_unique<PrefillStage>(std::move(llm), std::move(head));
+  std::string mode = "chunked";
+  if (const auto it = stage.args.find("mode"); it != stage.args.end()) {
+    if (!it->is_string()) fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\"");
+    mode = it->get<std::string>();
+  }
+  if (mode != "chunked" && mode != "decode_over_prompt")
+    fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\", got \"", mode, "\"");
+  return std::make_unique<PrefillStage>(std::move(llm), std::move(head), mode == "decode_over_prompt");
 }
 
 }  // namespace qhx

@@ -1,0 +1,82 @@
+#include "export/bundle_manifests.hpp"
+
+#include "runtime/manifest.hpp"
+
+namespace qhx {
+
+BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size) {
+  const std::string s = std::to_string(image_size);
+  BundleFiles f;
+  f.vision = "vis_native_" + s + ".bin";
+  f.llm = "llm_shared_" + s + ".bin";
+  f.lm_head = "lmhead_wqo.bin";
+  f.embed = weights == "f32" ? "embed_f32.bin" : "embed_f16.bin";  // f32 bundles keep the table exact
+  f.patch_embed = "vis_patch_embed_f32.bin";
+  f.patch_bias = "vis_patch_embed_bias_f32.bin";
+  f.pos_embed = "vis_pos_embed_f32.bin";
+  f.image_size = image_size;
+  f.weights = weights;
+  return f;
+}
+
+namespace {
+
+nlohmann::json common(const BundleFiles& f, const std::string& name) {
+  return {{"qhexrt_manifest", kManifestVersion},
+          {"name", name},
+          {"model", "qwen3vl"},
+          {"config", "config.json"},
+          {"tokenizer", "tokenizer.json"},
+          {"chat_template", "qwen3vl"},
+          {"context_length", f.context},
+          {"prefill_chunk", f.prefill_chunk},
+          {"max_new_tokens", 256},
+          {"sampling", {{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}},
+          {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}}};
+}
+
+nlohmann::json llm_graphs(const BundleFiles& f) {
+  return {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", "config.json"}, {"weights", f.llm}}},
+          {"lm_head", {{"backend", "cpu"}, {"kind", "linear"}, {"weights", f.lm_head}, {"tensor", "lm_head.weight"}}}};
+}
+
+nlohmann::json table(const std::string& file, const std::string& tensor) { return {{"file", file}, {"tensor", tensor}}; }
+
+}  // namespace
+
+nlohmann::json vlm_manifest(const BundleFiles& f) {
+  nlohmann::json m = common(f, "qwen3vl-vlm-" + std::to_string(f.image_size) + "-" + f.weights);
+  m["image"] = {{"resize", "fixed"}, {"size", f.image_size}};
+  m["tables"] = {{"embed", table(f.embed, "model.language_model.embed_tokens.weight")},
+                 {"patch_embed", table(f.patch_embed, "model.visual.patch_embed.proj.weight")},
+                 {"patch_bias", table(f.patch_bias, "model.visual.patch_embed.proj.bias")},
+                 {"pos_embed", table(f.pos_embed, "model.visual.pos_embed.weight")}};
+  m["graphs"] = llm_graphs(f);
+  m["graphs"]["vision"] = {
+      {"backend", "cpu"}, {"kind", "qwen3vl.vision_encoder"}, {"config", "config.json"}, {"weights", f.vision}};
+  m["stages"] = {{{"op", "load_images"}},
+                 {{"op", "tokenize"}},
+                 {{"op", "patch_embed"}, {"patch_weight", "patch_embed"}, {"patch_bias", "patch_bias"}, {"pos_embed", "pos_embed"}},
+                 {{"op", "vision"}, {"graph", "vision"}},
+                 {{"op", "embed"}, {"table", "embed"}},
+                 {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
+                 {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+                 {{"op", "detokenize"}}};
+  return m;
+}
+
+nlohmann::json text_manifest(const BundleFiles& f) {
+  nlohmann::json m = common(f, "qwen3vl-text-" + std::to_string(f.image_size) + "-" + f.weights);
+  m["tables"] = {{"embed", table(f.embed, "model.language_model.embed_tokens.weight")}};
+  m["graphs"] = llm_graphs(f);
+  // "mode": "chunked" runs the prompt in prefill_chunk blocks; "decode_over_prompt"
+  // feeds it one token per call through the same graph, as the seed's text plan does.
+  m["stages"] = {{{"op", "tokenize"}},
+                 {{"op", "embed"}, {"table", "embed"}},
+                 {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"mode", "chunked"}},
+                 {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+                 {{"op", "detokenize"}}};
+  return m;
+}
+
+}  // namespace qhx

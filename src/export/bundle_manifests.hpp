@@ -1,0 +1,23 @@
+// The two manifests of a bundle: the VLM plan (image -> text, fixed resize to
+// the bundle's image size, as the seed) and the text plan (chat), over the
+// same files.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace qhx {
+
+struct BundleFiles {
+  std::string vision, llm, lm_head, embed, patch_embed, patch_bias, pos_embed;  // file names in the bundle
+  std::int64_t image_size = 512, context = 1024, prefill_chunk = 320;
+  std::string weights;  // w8 | w4 | f16 | f32, for the manifests' names
+};
+
+BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size);
+nlohmann::json vlm_manifest(const BundleFiles& f);
+nlohmann::json text_manifest(const BundleFiles& f);
+
+}  // namespace qhx

@@ -1,0 +1,215 @@
+#include "export/export_bundle.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "backends/cpu/weights.hpp"
+#include "export/bundle_manifests.hpp"
+#include "formats/bundle_writer.hpp"
+#include "formats/quantize.hpp"
+#include "qhexrt/error.hpp"
+#include "qhexrt/hf_config.hpp"
+#include "qhexrt/safetensors.hpp"
+
+namespace qhx {
+namespace {
+
+// Counts bytes of tensor data converted so far and draws a bar on stderr.
+class Progress {
+ public:
+  Progress(std::uint64_t total, bool enabled) : total_(total), enabled_(enabled) {}
+  void set_file(const std::string& name) { file_ = name; }
+  void advance(std::uint64_t bytes) {
+    done_ += bytes;
+    if (!enabled_) return;
+    const int pct = total_ == 0 ? 100 : static_cast<int>(100 * done_ / total_);
+    if (pct == last_pct_) return;
+    last_pct_ = pct;
+    std::fprintf(stderr, "\r[%-40s] %3d%% %s", std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(),
+                 pct, file_.c_str());
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (enabled_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  std::uint64_t total_, done_ = 0;
+  bool enabled_;
+  int last_pct_ = -1;
+  std::string file_;
+};
+
+// A source tensor read as a [rows, cols] f32 matrix, one row at a time.
+cpu::WeightMatrix source_matrix(const TensorView& t, std::int64_t rows, std::int64_t cols) {
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+    fail("tensor ", t.name, ": dtype ", dtype_name(t.dtype), " cannot be exported (F32, BF16 or F16)");
+  if (t.numel() != rows * cols) fail("tensor ", t.name, " does not have ", rows, " x ", cols, " elements");
+  return cpu::WeightMatrix{t.data, t.dtype, rows, cols};
+}
+
+// Declares `name` [rows, cols] in `format` (and its ".scale" companion for w8/w4),
+// converting from `src` row by row while the file is written.
+void add_matrix(BundleWriter& w, const std::string& name, const TensorView& src, std::int64_t rows, std::int64_t cols,
+                WeightFormat requested, Progress& progress) {
+  const WeightFormat f = matrix_storage_format(requested, cols);
+  const cpu::WeightMatrix m = source_matrix(src, rows, cols);
+  auto scales = std::make_shared<std::vector<float>>();  // filled by the data producer, written right after it
+  w.add(name, stored_dtype(f), stored_shape(f, rows, cols), [m, f, scales, &progress](ByteSink& sink) {
+    std::vector<float> row(static_cast<std::size_t>(m.cols));
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(m.cols) * 4);
+    const std::int64_t groups = m.cols / kW4Group;
+    scales->assign(f == WeightFormat::W8 ? static_cast<std::size_t>(m.rows)
+                   : f == WeightFormat::W4 ? static_cast<std::size_t>(m.rows * groups) : 0, 0.0f);
+    for (std::int64_t r = 0; r < m.rows; ++r) {
+      cpu::weight_row_to_f32(m, r, row.data());
+      const auto ur = static_cast<std::size_t>(r);
+      switch (f) {
+        case WeightFormat::F32:
+          sink.write(row.data(), row.size() * sizeof(float));
+          break;
+        case WeightFormat::F16:
+          quantize_f16_row(row.data(), m.cols, reinterpret_cast<std::uint16_t*>(out.data()));
+          sink.write(out.data(), static_cast<std::size_t>(m.cols) * 2);
+          break;
+        case WeightFormat::W8:
+          (*scales)[ur] = quantize_w8_row(row.data(), m.cols, reinterpret_cast<std::int8_t*>(out.data()));
+          sink.write(out.data(), static_cast<std::size_t>(m.cols));
+          break;
+        case WeightFormat::W4:
+          quantize_w4_row(row.data(), m.cols, out.data(), scales->data() + ur * static_cast<std::size_t>(groups));
+          sink.write(out.data(), static_cast<std::size_t>(m.cols / 2));
+          break;
+      }
+      progress.advance(static_cast<std::uint64_t>(m.cols) * dtype_size(m.dtype));
+    }
+  });
+  if (f == WeightFormat::W8 || f == WeightFormat::W4)
+    w.add(name + ".scale", DType::F32, scale_shape(f, rows, cols), [scales](ByteSink& sink) {
+      sink.write(std::span<const float>(*scales));
+    });
+}
+
+// Vectors (norm weights, biases) are stored as f32 whatever the format.
+void add_vector(BundleWriter& w, const std::string& name, const TensorView& src, Progress& progress) {
+  const cpu::WeightMatrix m = source_matrix(src, 1, src.numel());
+  std::vector<float> v(static_cast<std::size_t>(src.numel()));
+  cpu::weight_row_to_f32(m, 0, v.data());
+  w.add_f32(name, {src.numel()}, v);
+  progress.advance(src.nbytes);
+}
+
+bool starts_with(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
+
+// Every tensor of the checkpoint under `prefix` (except `skip` prefixes): matrices in
+// the bundle's format, vectors in f32.
+void add_group(BundleWriter& w, const Checkpoint& ck, std::string_view prefix, std::initializer_list<std::string_view> skip,
+               WeightFormat f, Progress& progress) {
+  for (const auto& name : ck.names()) {
+    if (!starts_with(name, prefix)) continue;
+    bool skipped = false;
+    for (const auto s : skip) skipped |= starts_with(name, s);
+    if (skipped) continue;
+    const TensorView& t = ck.get(name);
+    if (t.shape.size() == 2) add_matrix(w, name, t, t.shape[0], t.shape[1], f, progress);
+    else if (t.shape.size() == 1) add_vector(w, name, t, progress);
+    else fail("tensor ", name, ": unexpected rank ", t.shape.size());
+  }
+}
+
+std::uint64_t group_bytes(const Checkpoint& ck, std::string_view prefix) {
+  std::uint64_t n = 0;
+  for (const auto& name : ck.names())
+    if (starts_with(name, prefix)) n += ck.get(name).nbytes;
+  return n;
+}
+
+void write_json(const std::filesystem::path& p, const nlohmann::json& j) {
+  std::ofstream f(p);
+  f << j.dump(2) << "\n";
+  if (!f) fail(p.string(), ": cannot write");
+}
+
+}  // namespace
+
+ExportSummary export_bundle(const ExportOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto format = parse_weight_format(o.weights);
+  if (!format) fail("--weights must be w8, w4, f16 or f32, got \"", o.weights, "\"");
+  if (o.image_size <= 0 || o.image_size % 32 != 0) fail("--image-size must be a positive multiple of 32");
+  if (o.prefill_chunk <= 0 || o.context <= 1) fail("--prefill-chunk and --context must be positive");
+  const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+  const Checkpoint ck = Checkpoint::open(o.hf_dir);
+  if (!std::filesystem::exists(o.hf_dir / "tokenizer.json")) fail(o.hf_dir.string(), ": no tokenizer.json");
+  std::filesystem::create_directories(o.out_dir);
+
+  BundleFiles files = bundle_file_names(o.weights, o.image_size);
+  files.context = o.context;
+  files.prefill_chunk = o.prefill_chunk;
+  const std::string embed_name = "model.language_model.embed_tokens.weight";
+  const TensorView& embed = ck.get(embed_name);
+  const TensorView& head = ck.find("lm_head.weight") != nullptr ? ck.get("lm_head.weight") : embed;  // tied
+  const auto& vc = cfg.vision;
+  const std::int64_t patch_cols = vc.in_channels * vc.temporal_patch_size * vc.patch_size * vc.patch_size;
+
+  Progress progress(group_bytes(ck, "model.") + head.nbytes, o.progress);
+  const auto meta = [&](const std::string& role) {
+    return std::map<std::string, std::string>{{"role", role}, {"weights", o.weights},
+                                              {"source", o.hf_dir.filename().string()}};
+  };
+  const auto write = [&](const std::string& file, const std::string& role, auto&& fill) {
+    progress.set_file(file);
+    BundleWriter w(o.out_dir / file, meta(role));
+    fill(w);
+    w.finish();
+  };
+  // Matrices of the vision blocks and the LLM in the chosen format; the lm-head is
+  // int8 in quantized bundles (the seed's in-graph int8 lm-head).
+  write(files.vision, "vision", [&](BundleWriter& w) {
+    add_group(w, ck, "model.visual.", {"model.visual.patch_embed.", "model.visual.pos_embed."}, *format, progress);
+  });
+  write(files.llm, "llm_shared", [&](BundleWriter& w) {
+    add_group(w, ck, "model.language_model.", {embed_name}, *format, progress);
+  });
+  const WeightFormat head_format = *format == WeightFormat::W4 ? WeightFormat::W8 : *format;
+  write(files.lm_head, "lm_head", [&](BundleWriter& w) {
+    add_matrix(w, "lm_head.weight", head, head.shape[0], head.shape[1], head_format, progress);
+  });
+  write(files.embed, "embed", [&](BundleWriter& w) {
+    add_matrix(w, embed_name, embed, embed.shape[0], embed.shape[1],
+               *format == WeightFormat::F32 ? WeightFormat::F32 : WeightFormat::F16, progress);
+  });
+  write(files.patch_embed, "vision_patch_embed", [&](BundleWriter& w) {
+    const TensorView& t = ck.get("model.visual.patch_embed.proj.weight");
+    add_matrix(w, t.name, t, vc.hidden_size, patch_cols, WeightFormat::F32, progress);
+  });
+  write(files.patch_bias, "vision_patch_embed_bias", [&](BundleWriter& w) {
+    add_vector(w, "model.visual.patch_embed.proj.bias", ck.get("model.visual.patch_embed.proj.bias"), progress);
+  });
+  write(files.pos_embed, "vision_pos_embed", [&](BundleWriter& w) {
+    const TensorView& t = ck.get("model.visual.pos_embed.weight");
+    add_matrix(w, t.name, t, t.shape[0], t.shape[1], WeightFormat::F32, progress);
+  });
+  progress.finish();
+
+  std::filesystem::copy_file(o.hf_dir / "tokenizer.json", o.out_dir / "tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(o.hf_dir / "config.json", o.out_dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  ExportSummary s;
+  const std::string size = std::to_string(o.image_size);
+  s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
+  s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
+  write_json(s.vlm_manifest, vlm_manifest(files));
+  write_json(s.text_manifest, text_manifest(files));
+  for (const auto& f : {files.vision, files.llm, files.lm_head, files.embed, files.patch_embed, files.patch_bias,
+                        files.pos_embed, std::string("tokenizer.json"), std::string("config.json"),
+                        s.vlm_manifest.filename().string(), s.text_manifest.filename().string()})
+    s.files.emplace_back(f, std::filesystem::file_size(o.out_dir / f));
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace qhx

@@ -1,0 +1,33 @@
+// Exporting a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle: the seed's
+// files under the seed's names and roles (docs/bundle.md), in one weight
+// format, plus the two manifests that run them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace qhx {
+
+struct ExportOptions {
+  std::filesystem::path hf_dir;     // config.json, model.safetensors(.index.json), tokenizer.json
+  std::filesystem::path out_dir;
+  std::string weights = "w8";       // w8 | w4 | f16 | f32
+  std::int64_t image_size = 512;    // fixed resize of the VLM manifest; names the files
+  std::int64_t prefill_chunk = 320;
+  std::int64_t context = 1024;
+  bool progress = true;             // a progress bar on stderr
+};
+
+struct ExportSummary {
+  std::vector<std::pair<std::string, std::uint64_t>> files;  // name, bytes
+  double seconds = 0;
+  std::filesystem::path vlm_manifest, text_manifest;
+};
+
+// Throws qhx::Error naming the file or tensor at fault.
+ExportSummary export_bundle(const ExportOptions& options);
+
+}  // namespace qhx

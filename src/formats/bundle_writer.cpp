@@ -1,0 +1,302 @@
+#include "formats/bundle_writer.hpp"
+
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "qhexrt/error.hpp"
+
+namespace qhx {
+
+// Tensor bytes are written as they sit in memory; safetensors is little-endian.
+static_assert(std::endian::native == std::endian::little, "BundleWriter assumes a little-endian host");
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// numel * dtype_size, checked for negative dimensions and overflow.
+std::uint64_t byte_count(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
+  std::uint64_t n = dtype_size(dtype);
+  for (const std::int64_t d : shape) {
+    if (d < 0) fail("tensor '", name, "': negative dimension in shape ", shape_str(shape));
+    std::uint64_t next = 0;
+    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &next) ||
+        next > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      fail("tensor '", name, "': shape ", shape_str(shape), " is too large");
+    n = next;
+  }
+  return n;
+}
+
+// A file being written; errors say what failed and why (the caller adds the path).
+class OutFile {
+ public:
+  explicit OutFile(const fs::path& p) : f_(std::fopen(p.c_str(), "wb")) {
+    if (f_ == nullptr) fail("cannot create ", p.string(), ": ", std::strerror(errno));
+    // A large buffer: tensors arrive row by row, often a few KiB at a time.
+    std::setvbuf(f_, nullptr, _IOFBF, std::size_t{1} << 20);
+  }
+  ~OutFile() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+
+  void write(const void* data, std::size_t n) {
+    if (n != 0 && std::fwrite(data, 1, n, f_) != n) fail("write failed: ", std::strerror(errno));
+  }
+  void write_zeros(std::uint64_t n) {
+    static constexpr char kZeros[kBundleAlignment] = {};
+    while (n > 0) {
+      const std::size_t k = n < sizeof kZeros ? static_cast<std::size_t>(n) : sizeof kZeros;
+      write(kZeros, k);
+      n -= k;
+    }
+  }
+  void close() {
+    std::FILE* f = std::exchange(f_, nullptr);
+    if (std::fflush(f) != 0) {
+      const int err = errno;
+      std::fclose(f);
+      fail("write failed: ", std::strerror(err));
+    }
+    if (std::fclose(f) != 0) fail("close failed: ", std::strerror(errno));
+  }
+
+ private:
+  std::FILE* f_;
+};
+
+// Passes one tensor's bytes to the file, holding the producer to its declared size.
+class TensorSink final : public ByteSink {
+ public:
+  TensorSink(OutFile& file, std::uint64_t expected) : file_(file), expected_(expected) {}
+  void write(const void* data, std::size_t n) override {
+    if (n > expected_ - written_)
+      fail("the producer wrote more than the ", expected_, " bytes its dtype and shape need");
+    file_.write(data, n);
+    written_ += n;
+  }
+  std::uint64_t written() const { return written_; }
+
+ private:
+  OutFile& file_;
+  std::uint64_t expected_;
+  std::uint64_t written_ = 0;
+};
+
+}  // namespace
+
+BundleWriter::BundleWriter(fs::path path, std::map<std::string, std::string> metadata)
+    : path_(std::move(path)), metadata_(std::move(metadata)) {
+  const auto role = metadata_.find("role");
+  if (role == metadata_.end() || role->second.empty())
+    fail(path_.string(), ": bundle metadata needs a non-empty \"role\"");
+  const auto weights = metadata_.find("weights");
+  if (weights == metadata_.end()) fail(path_.string(), ": bundle metadata needs \"weights\" (w8, w4, f16 or f32)");
+  const auto f = parse_weight_format(weights->second);
+  if (!f) fail(path_.string(), ": bundle metadata \"weights\": '", weights->second, "' is not w8, w4, f16 or f32");
+  weights_ = *f;
+  const auto [it, inserted] = metadata_.emplace("qhexrt_bundle", "1");
+  if (!inserted && it->second != "1")
+    fail(path_.string(), ": bundle metadata \"qhexrt_bundle\" is '", it->second, "'; this writer writes version 1");
+}
+
+BundleWriter::~BundleWriter() = default;
+
+void BundleWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, Producer produce) {
+  if (finished_) fail(path_.string(), ": tensor '", name, "' added after finish()");
+  if (name.empty()) fail(path_.string(), ": empty tensor name");
+  if (name.rfind("__", 0) == 0)
+    fail(path_.string(), ": tensor name '", name, "' starts with \"__\", which is reserved (__metadata__, __pad.<n>)");
+  for (const Entry& e : entries_)
+    if (e.name == name) fail(path_.string(), ": tensor '", name, "' added twice");
+  if (!produce) fail(path_.string(), ": tensor '", name, "' has no producer");
+  std::uint64_t nbytes = 0;
+  try {
+    nbytes = byte_count(name, dtype, shape);
+  } catch (const Error& e) {
+    fail(path_.string(), ": ", e.what());
+  }
+  entries_.push_back(Entry{name, dtype, std::move(shape), nbytes, std::move(produce)});
+}
+
+void BundleWriter::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape,
+                       std::span<const std::byte> bytes) {
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
+  add(name, dtype, std::move(shape), [copy](ByteSink& sink) { sink.write(copy->data(), copy->size()); });
+}
+
+void BundleWriter::add_f32(const std::string& name, std::vector<std::int64_t> shape, std::span<const float> values) {
+  add(name, DType::F32, std::move(shape), std::as_bytes(values));
+}
+
+void BundleWriter::finish() {
+  if (finished_) fail(path_.string(), ": finish() called twice");
+  finished_ = true;
+
+  // Layout: each tensor at the next multiple of 64 of the data section, the gap
+  // before it listed as a pad entry. The data section itself starts 64-aligned
+  // in the file, so data offsets and file offsets agree modulo 64.
+  struct Placed {
+    const Entry* entry;  // nullptr: a pad
+    std::string name;
+    std::uint64_t begin, end;
+  };
+  std::vector<Placed> placed;
+  std::uint64_t cursor = 0;
+  std::size_t pads = 0;
+  for (const Entry& e : entries_) {
+    if (const std::uint64_t rem = cursor % kBundleAlignment; rem != 0) {
+      const std::uint64_t gap = kBundleAlignment - rem;
+      placed.push_back({nullptr, "__pad." + std::to_string(pads++), cursor, cursor + gap});
+      cursor += gap;
+    }
+    placed.push_back({&e, e.name, cursor, cursor + e.nbytes});
+    cursor += e.nbytes;
+  }
+
+  Json header = Json::object();
+  Json meta = Json::object();
+  for (const auto& [k, v] : metadata_) meta[k] = v;
+  header["__metadata__"] = std::move(meta);
+  for (const Placed& p : placed) {
+    const bool pad = p.entry == nullptr;
+    header[p.name] = {{"dtype", dtype_name(pad ? DType::U8 : p.entry->dtype)},
+                      {"shape", pad ? std::vector<std::int64_t>{static_cast<std::int64_t>(p.end - p.begin)}
+                                    : p.entry->shape},
+                      {"data_offsets", {p.begin, p.end}}};
+  }
+  std::string text = header.dump();
+  const std::size_t used = (8 + text.size()) % kBundleAlignment;
+  if (used != 0) text.append(kBundleAlignment - used, ' ');  // trailing spaces: valid JSON, accepted by readers
+
+  const fs::path partial = fs::path(path_.string() + ".partial");
+  try {
+    OutFile out(partial);
+    unsigned char len[8];
+    for (std::size_t i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((text.size() >> (8 * i)) & 0xFF);
+    out.write(len, sizeof len);
+    out.write(text.data(), text.size());
+    for (const Placed& p : placed) {
+      if (p.entry == nullptr) {
+        out.write_zeros(p.end - p.begin);
+        continue;
+      }
+      try {
+        TensorSink sink(out, p.entry->nbytes);
+        p.entry->produce(sink);
+        if (sink.written() != p.entry->nbytes)
+          fail("the producer wrote ", sink.written(), " bytes, but ", dtype_name(p.entry->dtype), " ",
+               shape_str(p.entry->shape), " needs ", p.entry->nbytes);
+      } catch (const Error& e) {
+        fail("tensor '", p.name, "': ", e.what());
+      }
+    }
+    out.close();
+    std::error_code ec;
+    fs::rename(partial, path_, ec);
+    if (ec) fail("cannot rename ", partial.string(), " to it: ", ec.message());
+  } catch (const Error& e) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);
+    fail(path_.string(), ": ", e.what());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Matrices
+
+WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
+                        std::int64_t cols, RowSource rows_of) {
+  if (rows < 0 || cols < 0) fail(w.path().string(), ": matrix '", name, "': negative shape [", rows, ", ", cols, "]");
+  if (!rows_of) fail(w.path().string(), ": matrix '", name, "' has no row source");
+  const WeightFormat sf = matrix_storage_format(f, cols);
+  const auto ucols = static_cast<std::size_t>(cols);
+  // The scales are computed with the matrix and written right after it.
+  struct Shared {
+    RowSource rows_of;
+    std::vector<float> scales;
+    bool ready = false;
+  };
+  auto shared = std::make_shared<Shared>(Shared{std::move(rows_of), {}, false});
+
+  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols), [shared, sf, rows, cols, ucols](ByteSink& sink) {
+    std::vector<float> row(ucols);
+    std::vector<std::uint8_t> bytes(sf == WeightFormat::F32   ? ucols * 4
+                                    : sf == WeightFormat::F16 ? ucols * 2
+                                    : sf == WeightFormat::W8  ? ucols
+                                                              : ucols / 2);
+    std::vector<std::uint16_t> h(sf == WeightFormat::F16 ? ucols : 0);
+    std::vector<std::int8_t> q(sf == WeightFormat::W8 ? ucols : 0);
+    const std::size_t per_row = sf == WeightFormat::W8 ? 1 : sf == WeightFormat::W4 ? ucols / kW4Group : 0;
+    shared->scales.assign(static_cast<std::size_t>(rows) * per_row, 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* scales = shared->scales.data() + static_cast<std::size_t>(r) * per_row;
+      try {
+        shared->rows_of(r, row.data());
+        switch (sf) {
+          case WeightFormat::F32:
+            for (std::size_t c = 0; c < ucols; ++c)
+              if (!std::isfinite(row[c])) fail("value ", row[c], " at column ", c, " is not finite");
+            std::memcpy(bytes.data(), row.data(), bytes.size());
+            break;
+          case WeightFormat::F16:
+            quantize_f16_row(row.data(), cols, h.data());
+            std::memcpy(bytes.data(), h.data(), bytes.size());
+            break;
+          case WeightFormat::W8:
+            scales[0] = quantize_w8_row(row.data(), cols, q.data());
+            std::memcpy(bytes.data(), q.data(), bytes.size());
+            break;
+          case WeightFormat::W4:
+            quantize_w4_row(row.data(), cols, bytes.data(), scales);
+            break;
+        }
+      } catch (const Error& e) {
+        fail("row ", r, ": ", e.what());
+      }
+      sink.write(bytes.data(), bytes.size());
+    }
+    shared->ready = true;
+  });
+  if (sf == WeightFormat::W8 || sf == WeightFormat::W4) {
+    w.add(name + ".scale", DType::F32, scale_shape(sf, rows, cols), [shared, name](ByteSink& sink) {
+      if (!shared->ready) fail("the scales of '", name, "' were asked for before the matrix was written");
+      sink.write(std::span<const float>(shared->scales));
+      shared->scales = {};
+    });
+  }
+  return sf;
+}
+
+WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
+                        std::int64_t cols, std::vector<float> values) {
+  if (rows < 0 || cols < 0 || values.size() != static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols))
+    fail(w.path().string(), ": matrix '", name, "': ", values.size(), " values for shape [", rows, ", ", cols, "]");
+  auto data = std::make_shared<std::vector<float>>(std::move(values));
+  return add_matrix(w, name, f, rows, cols, [data, cols](std::int64_t r, float* out) {
+    std::memcpy(out, data->data() + r * cols, static_cast<std::size_t>(cols) * sizeof(float));
+  });
+}
+
+}  // namespace qhx

@@ -1,0 +1,69 @@
+// Weight-only quantization of f32 matrices into the bundle formats
+// (docs/bundle.md, "Weight formats"). Reference implementations: plain loops,
+// exact to the contract, independent of the FPU rounding mode. A matrix is
+// row-major [rows = out, cols = in]; every format is row-local, so a matrix can
+// be converted one row at a time (BundleWriter streams it that way).
+//
+//   f32  F32 [rows, cols]
+//   f16  F16 [rows, cols], round to nearest even (an f32 beyond the f16 range is an error)
+//   w8   I8 [rows, cols] + F32 scales [rows]: per row, scale = max|w| / 127,
+//        q = clamp(round_half_even(w / scale), -127, 127)
+//   w4   U8 [rows, cols / 2] + F32 scales [rows, cols / 32]: per group of 32 columns,
+//        scale = max|w| / 7, q = clamp(round_half_even(w / scale), -8, 7), two's-complement
+//        nibbles, column 2j in the low nibble of byte j, 2j + 1 in the high one
+// A row or group that is all zeros gets scale 1 (not 0, which would make w / scale
+// 0 / 0): its q are 0 and so are its values. Value = float(q) * scale.
+// Non-finite inputs are errors (they would poison a whole row or group).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "qhexrt/dtype.hpp"
+
+namespace qhx {
+
+enum class WeightFormat : std::uint8_t { F32, F16, W8, W4 };
+
+inline constexpr std::int64_t kW4Group = 32;  // columns per w4 scale
+
+// "f32", "f16", "w8", "w4": the spelling of the bundle's "weights" metadata.
+std::string_view format_name(WeightFormat f);
+std::optional<WeightFormat> parse_weight_format(std::string_view s);
+
+// The format a matrix with `cols` input features is stored in under bundle
+// format `f`: w4 needs cols % 32 == 0, other matrices fall back to w8.
+WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols);
+
+// The stored dtype of a matrix in format `f` (F32, F16, I8, U8), and its shape
+// and its scales' shape ({} for f32 and f16).
+DType stored_dtype(WeightFormat f);
+std::vector<std::int64_t> stored_shape(WeightFormat f, std::int64_t rows, std::int64_t cols);
+std::vector<std::int64_t> scale_shape(WeightFormat f, std::int64_t rows, std::int64_t cols);
+
+// Round to the nearest integer, ties to even (2.5 -> 2, 3.5 -> 4, -2.5 -> -2).
+float round_half_even(float x);
+
+// One row of `cols` values. Each throws qhx::Error naming the column of a
+// non-finite (or, for f16, out-of-range) value.
+void quantize_f16_row(const float* w, std::int64_t cols, std::uint16_t* out);
+// Writes q [cols] and returns the row's scale.
+float quantize_w8_row(const float* w, std::int64_t cols, std::int8_t* q);
+// cols % 32 == 0. Writes packed [cols / 2] and scales [cols / 32].
+void quantize_w4_row(const float* w, std::int64_t cols, std::uint8_t* packed, float* scales);
+
+// A whole matrix: the stored bytes (row-major, stored_shape) and the scales.
+struct QuantizedMatrix {
+  WeightFormat format = WeightFormat::F32;
+  std::int64_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> data;
+  std::vector<float> scales;  // w8: [rows]; w4: [rows, cols / 32]; else empty
+};
+
+// Quantizes `w` [rows, cols] to exactly `f` (w4 with cols % 32 != 0 is an
+// error: apply matrix_storage_format first). Errors name the row and column.
+QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f);
+
+}  // namespace qhx

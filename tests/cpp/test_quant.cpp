@@ -1,0 +1,521 @@
+// Weight formats (docs/bundle.md, "Weight formats"): f16 conversion, the w8
+// and w4 quantizers, BundleWriter's files (64-aligned tensors, pads, errors),
+// and reading them back through Checkpoint -> matrix_weight -> weight_row_to_f32.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/weights.hpp"
+#include "common/half.hpp"
+#include "formats/bundle_writer.hpp"
+#include "formats/quantize.hpp"
+#include "qhexrt/error.hpp"
+#include "qhexrt/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace qhx {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_error;
+using test::TempDir;
+
+float bits_f32(std::uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// ---------------------------------------------------------------------------
+// f16
+
+TEST(Half, EveryF16WidensAndNarrowsBackExactly) {
+  for (std::uint32_t h = 0; h <= 0xFFFF; ++h) {
+    const auto v = static_cast<std::uint16_t>(h);
+    const float f = f16_to_f32(v);
+    if ((v & 0x7C00) == 0x7C00 && (v & 0x3FF) != 0) {
+      EXPECT_TRUE(std::isnan(f)) << h;
+      EXPECT_EQ(f32_to_f16(f) & 0x7C00, 0x7C00) << h;
+      EXPECT_NE(f32_to_f16(f) & 0x3FF, 0) << h;
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(f), v) << h;
+  }
+  EXPECT_EQ(f16_to_f32(0x3C00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xC000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x7BFF), 65504.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f16_to_f32(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_TRUE(std::signbit(f16_to_f32(0x8000)));
+  EXPECT_EQ(f16_to_f32(0xFC00), -std::numeric_limits<float>::infinity());
+}
+
+// Every midpoint between neighbouring finite f16 values rounds to the even one,
+// and the floats just either side of it round to the nearer one.
+TEST(Half, NarrowingRoundsToNearestEven) {
+  for (std::uint16_t h = 0; h < 0x7BFF; ++h) {
+    const float lo = f16_to_f32(h), hi = f16_to_f32(static_cast<std::uint16_t>(h + 1));
+    const auto mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);  // exact: 12 significant bits
+    const std::uint16_t even = (h & 1) == 0 ? h : static_cast<std::uint16_t>(h + 1);
+    ASSERT_EQ(f32_to_f16(mid), even) << h;
+    ASSERT_EQ(f32_to_f16(-mid), even | 0x8000) << h;
+    ASSERT_EQ(f32_to_f16(std::nextafter(mid, 0.0f)), h) << h;
+    ASSERT_EQ(f32_to_f16(std::nextafter(mid, 1e9f)), h + 1) << h;
+  }
+  EXPECT_EQ(f32_to_f16(65519.996f), 0x7BFF);  // below the midpoint to 2^16
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);    // the midpoint: ties to the even "2^16", infinity
+  EXPECT_EQ(f32_to_f16(1e30f), 0x7C00);
+  EXPECT_EQ(f32_to_f16(-1e30f), 0xFC00);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);                // tie with 0 and 2^-24: even is 0
+  EXPECT_EQ(f32_to_f16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);                // 1.5 units: even is 2
+  EXPECT_EQ(f32_to_f16(bits_f32(0x00000001)), 0x0000);                 // f32 subnormal
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+  EXPECT_EQ(f32_to_f16(std::ldexp(2047.0f, -25)), 0x0400);             // 1023.5 units -> 1024: smallest normal
+}
+
+// ---------------------------------------------------------------------------
+// Rounding and the quantizers
+
+TEST(Quantize, RoundHalfEven) {
+  const std::pair<float, float> cases[] = {
+      {0.5f, 0.0f},   {1.5f, 2.0f},   {2.5f, 2.0f},   {3.5f, 4.0f},     {-0.5f, -0.0f},      {-1.5f, -2.0f},
+      {-2.5f, -2.0f}, {-3.5f, -4.0f}, {126.5f, 126.0f}, {127.5f, 128.0f}, {0.49999997f, 0.0f}, {2.4999998f, 2.0f},
+      {2.5000002f, 3.0f}, {-7.4999995f, -7.0f}, {8388607.5f, 8388608.0f}, {1e30f, 1e30f}, {0.0f, 0.0f},
+  };
+  for (const auto& [x, want] : cases) EXPECT_EQ(round_half_even(x), want) << x;
+  EXPECT_TRUE(std::signbit(round_half_even(-0.25f)));
+}
+
+TEST(Quantize, FormatNamesAndW4Fallback) {
+  for (const auto* s : {"f32", "f16", "w8", "w4"}) EXPECT_EQ(format_name(*parse_weight_format(s)), s);
+  EXPECT_FALSE(parse_weight_format("int4"));
+  EXPECT_EQ(matrix_storage_format(WeightFormat::W4, 64), WeightFormat::W4);
+  EXPECT_EQ(matrix_storage_format(WeightFormat::W4, 48), WeightFormat::W8);
+  EXPECT_EQ(matrix_storage_format(WeightFormat::W8, 48), WeightFormat::W8);
+  EXPECT_EQ(matrix_storage_format(WeightFormat::F16, 3), WeightFormat::F16);
+  EXPECT_EQ(stored_shape(WeightFormat::W4, 3, 64), (std::vector<std::int64_t>{3, 32}));
+  EXPECT_EQ(scale_shape(WeightFormat::W4, 3, 64), (std::vector<std::int64_t>{3, 2}));
+  EXPECT_EQ(scale_shape(WeightFormat::W8, 3, 64), (std::vector<std::int64_t>{3}));
+  EXPECT_TRUE(scale_shape(WeightFormat::F16, 3, 64).empty());
+}
+
+std::vector<float> random_row(std::mt19937& rng, std::size_t n, float scale) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// |w - deq| <= scale / 2, allowing for the two f32 roundings (w / scale and q * scale).
+void expect_within_half_step(float w, float deq, float scale) {
+  const double err = std::abs(static_cast<double>(w) - deq);
+  ASSERT_LE(err, scale * 0.5 * (1 + 1e-6)) << "w " << w << " deq " << deq << " scale " << scale;
+}
+
+TEST(Quantize, W8ErrorBoundAndScale) {
+  std::mt19937 rng(7);
+  for (const float mag : {1e-3f, 0.05f, 1.0f, 300.0f}) {
+    for (const std::size_t cols : {1u, 7u, 64u, 1000u}) {
+      const auto w = random_row(rng, cols, mag);
+      std::vector<std::int8_t> q(cols);
+      const float scale = quantize_w8_row(w.data(), static_cast<std::int64_t>(cols), q.data());
+      float m = 0;
+      for (const float v : w) m = std::max(m, std::abs(v));
+      EXPECT_EQ(scale, m / 127.0f);
+      bool hit_extreme = false;
+      for (std::size_t c = 0; c < cols; ++c) {
+        ASSERT_GE(q[c], -127);
+        expect_within_half_step(w[c], static_cast<float>(q[c]) * scale, scale);
+        hit_extreme |= std::abs(q[c]) == 127;
+      }
+      EXPECT_TRUE(hit_extreme);  // the largest magnitude maps to +-127
+    }
+  }
+}
+
+TEST(Quantize, W8TiesZeroRowsAndTinyRows) {
+  // max 127 -> scale exactly 1, so w / scale is w and the ties are exact.
+  const std::vector<float> w = {127, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -127, 126.5f, -126.5f};
+  const std::vector<int> want = {127, 2, 4, -2, -4, 0, 0, 2, -127, 126, -126};
+  std::vector<std::int8_t> q(w.size());
+  EXPECT_EQ(quantize_w8_row(w.data(), static_cast<std::int64_t>(w.size()), q.data()), 1.0f);
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(q[i], want[i]) << i;
+
+  const std::vector<float> zeros(5, 0.0f);
+  q.assign(5, 99);
+  EXPECT_EQ(quantize_w8_row(zeros.data(), 5, q.data()), 1.0f);  // not 0: no 0 / 0
+  for (const auto v : q) EXPECT_EQ(v, 0);
+
+  const std::vector<float> tiny = {bits_f32(1), -bits_f32(3)};  // max / 127 underflows to 0
+  EXPECT_EQ(quantize_w8_row(tiny.data(), 2, q.data()), 1.0f);
+  EXPECT_EQ(q[0], 0);
+  EXPECT_EQ(q[1], 0);
+}
+
+TEST(Quantize, W4ErrorBoundPerGroup) {
+  std::mt19937 rng(11);
+  for (const std::size_t cols : {32u, 64u, 320u}) {
+    auto w = random_row(rng, cols, 1.0f);
+    for (std::size_t c = 32; c < cols && c < 64; ++c) w[c] *= 100.0f;  // a loud group must not affect the others
+    std::vector<std::uint8_t> packed(cols / 2);
+    std::vector<float> scales(cols / 32);
+    quantize_w4_row(w.data(), static_cast<std::int64_t>(cols), packed.data(), scales.data());
+    for (std::size_t g = 0; g < cols / 32; ++g) {
+      float m = 0;
+      for (std::size_t c = g * 32; c < g * 32 + 32; ++c) m = std::max(m, std::abs(w[c]));
+      EXPECT_EQ(scales[g], m / 7.0f) << g;
+      for (std::size_t c = g * 32; c < g * 32 + 32; ++c) {
+        const int qv = cpu::w4_nibble(packed[c / 2], static_cast<int>(c % 2));
+        ASSERT_GE(qv, -8);
+        ASSERT_LE(qv, 7);
+        expect_within_half_step(w[c], static_cast<float>(qv) * scales[g], scales[g]);
+      }
+    }
+  }
+}
+
+TEST(Quantize, W4PackingTiesAndZeroGroups) {
+  // Group 0: max 7 -> scale 1, exact ties. Group 1: all zeros -> scale 1, q 0.
+  std::vector<float> w(64, 0.0f);
+  const float g0[] = {1, -2, 7, -7, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 6.5f, -6.5f, 1.5f, -1.5f, 0, 3};
+  const int want[] = {1, -2, 7, -7, 2, 4, -2, -4, 0, 0, 6, -6, 2, -2, 0, 3};
+  for (std::size_t i = 0; i < 16; ++i) w[i] = g0[i];
+  std::vector<std::uint8_t> packed(32, 0xAA);
+  std::vector<float> scales(2);
+  quantize_w4_row(w.data(), 64, packed.data(), scales.data());
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_EQ(scales[1], 1.0f);
+  for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(cpu::w4_nibble(packed[i / 2], static_cast<int>(i % 2)), want[i]) << i;
+  // Column 2j in the low nibble, 2j + 1 in the high one, two's complement.
+  EXPECT_EQ(packed[0], 0xE1);  // 1 | (-2 & 0xF) << 4
+  EXPECT_EQ(packed[1], 0x97);  // 7 | (-7 & 0xF) << 4
+  for (std::size_t j = 8; j < 16; ++j) EXPECT_EQ(packed[j], 0) << j;  // the rest of group 0 is zeros
+  for (std::size_t j = 16; j < 32; ++j) EXPECT_EQ(packed[j], 0) << j;
+
+  EXPECT_EQ(cpu::w4_nibble(0x8F, 0), -1);
+  EXPECT_EQ(cpu::w4_nibble(0x8F, 1), -8);
+  EXPECT_EQ(cpu::w4_nibble(0x70, 1), 7);
+}
+
+TEST(Quantize, F16RowAndErrors) {
+  const std::vector<float> w = {1.0f, 1.0f / 3.0f, -65504.0f, 1e-8f};
+  std::vector<std::uint16_t> h(w.size());
+  quantize_f16_row(w.data(), 4, h.data());
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(h[i], f32_to_f16(w[i]));
+
+  const std::vector<float> big = {1.0f, 70000.0f};
+  expect_error([&] { quantize_f16_row(big.data(), 2, h.data()); }, {"70000", "column 1", "f16"});
+  std::vector<float> bad(64, 1.0f);
+  bad[37] = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { quantize_matrix(bad.data(), 2, 32, WeightFormat::W8); }, {"row 1", "column 5", "not finite"});
+  bad[37] = std::numeric_limits<float>::infinity();
+  expect_error([&] { quantize_matrix(bad.data(), 2, 32, WeightFormat::W4); }, {"row 1", "column 5", "not finite"});
+  expect_error([&] { quantize_matrix(bad.data(), 1, 48, WeightFormat::W4); }, {"multiple of 32", "48"});
+}
+
+// ---------------------------------------------------------------------------
+// Bundles
+
+// The header of a safetensors file, and where its data section starts.
+struct Header {
+  nlohmann::json json;
+  std::uint64_t data_start = 0;
+};
+
+Header read_header(const fs::path& p) {
+  const std::string bytes = test::read_file(p);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  return {nlohmann::json::parse(bytes.substr(8, n)), 8 + n};
+}
+
+// Every tensor but the pads at a 64-aligned file offset, pads zero-filled U8
+// entries, all of them back to back with nothing unlisted in between.
+void expect_aligned_layout(const fs::path& p) {
+  const Header h = read_header(p);
+  const std::string bytes = test::read_file(p);
+  EXPECT_EQ(h.data_start % 64, 0u);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  for (const auto& [name, e] : h.json.items()) {
+    if (name == "__metadata__") continue;
+    const auto begin = e["data_offsets"][0].get<std::uint64_t>(), end = e["data_offsets"][1].get<std::uint64_t>();
+    spans.emplace_back(begin, end);
+    if (name.rfind("__pad.", 0) == 0) {
+      EXPECT_EQ(e["dtype"], "U8") << name;
+      EXPECT_EQ(e["shape"][0].get<std::uint64_t>(), end - begin) << name;
+      for (std::uint64_t i = begin; i < end; ++i) EXPECT_EQ(bytes[h.data_start + i], '\0') << name;
+      continue;
+    }
+    EXPECT_EQ((h.data_start + begin) % 64, 0u) << name;
+  }
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t at = 0;
+  for (const auto& [b, e] : spans) {
+    EXPECT_EQ(b, at);
+    at = e;
+  }
+  EXPECT_EQ(h.data_start + at, bytes.size());
+}
+
+std::vector<float> test_matrix(std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto w = random_row(rng, static_cast<std::size_t>(rows * cols), 0.1f);
+  for (std::int64_t c = 0; c < cols; ++c) w[static_cast<std::size_t>(cols + c)] = 0.0f;  // row 1: zeros
+  return w;
+}
+
+std::vector<float> rows_of(const cpu::WeightMatrix& m) {
+  std::vector<float> out(static_cast<std::size_t>(m.rows * m.cols));
+  for (std::int64_t r = 0; r < m.rows; ++r) cpu::weight_row_to_f32(m, r, out.data() + r * m.cols);
+  return out;
+}
+
+// What quantize_matrix's bytes mean, decoded here without the backend.
+std::vector<float> decode(const QuantizedMatrix& q) {
+  std::vector<float> v(static_cast<std::size_t>(q.rows * q.cols));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::size_t r = i / static_cast<std::size_t>(q.cols), c = i % static_cast<std::size_t>(q.cols);
+    switch (q.format) {
+      case WeightFormat::F32: std::memcpy(&v[i], q.data.data() + 4 * i, 4); break;
+      case WeightFormat::F16: {
+        std::uint16_t h;
+        std::memcpy(&h, q.data.data() + 2 * i, 2);
+        v[i] = f16_to_f32(h);
+        break;
+      }
+      case WeightFormat::W8: v[i] = static_cast<float>(static_cast<std::int8_t>(q.data[i])) * q.scales[r]; break;
+      case WeightFormat::W4:
+        v[i] = static_cast<float>(cpu::w4_nibble(q.data[i / 2], static_cast<int>(i % 2))) *
+               q.scales[r * static_cast<std::size_t>(q.cols / 32) + c / 32];
+        break;
+    }
+  }
+  return v;
+}
+
+struct MatrixCase {
+  std::string name;
+  WeightFormat requested, stored;
+  std::int64_t rows, cols;
+};
+
+const std::vector<MatrixCase>& matrix_cases() {
+  static const std::vector<MatrixCase> cases = {
+      {"m.f32.weight", WeightFormat::F32, WeightFormat::F32, 3, 5},
+      {"m.f16.weight", WeightFormat::F16, WeightFormat::F16, 5, 7},
+      {"m.w8.weight", WeightFormat::W8, WeightFormat::W8, 4, 13},
+      {"m.w4.weight", WeightFormat::W4, WeightFormat::W4, 6, 96},
+      {"m.w4_fallback.weight", WeightFormat::W4, WeightFormat::W8, 3, 40},  // 40 % 32 != 0: stored as w8
+  };
+  return cases;
+}
+
+TEST(Bundle, RoundTripEveryFormat) {
+  TempDir dir;
+  const fs::path path = dir.path() / "weights.bin";
+  {
+    BundleWriter w(path, {{"role", "test"}, {"weights", "w4"}});
+    EXPECT_EQ(w.weights(), WeightFormat::W4);
+    std::uint32_t seed = 1;
+    for (const auto& c : matrix_cases())
+      EXPECT_EQ(add_matrix(w, c.name, c.requested, c.rows, c.cols, test_matrix(c.rows, c.cols, seed++)), c.stored);
+    const std::vector<float> norm = {1.5f, -2.0f, 0.25f};
+    w.add_f32("m.norm.weight", {3}, norm);
+    w.add("m.empty", DType::F32, {0, 4}, std::span<const std::byte>{});
+    std::vector<std::uint16_t> bf16 = {0x3F80, 0xC000, 0x4040, 0x0000, 0xBF80, 0x4080};  // 1 -2 3 0 -1 4
+    w.add("m.bf16.weight", DType::BF16, {2, 3}, std::as_bytes(std::span<const std::uint16_t>(bf16)));
+    w.finish();
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "weights.bin.partial"));
+  expect_aligned_layout(path);
+
+  const auto file = SafetensorsFile::open(path);
+  EXPECT_EQ(file.metadata().at("qhexrt_bundle"), "1");
+  EXPECT_EQ(file.metadata().at("role"), "test");
+  EXPECT_EQ(file.metadata().at("weights"), "w4");
+  for (const auto& t : file.tensors())
+    if (t.data != nullptr && t.name.rfind("__pad.", 0) != 0) {
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data) % 64, 0u) << t.name;
+    }
+
+  const auto ckpt = Checkpoint::open(path);
+  std::uint32_t seed = 1;
+  for (const auto& c : matrix_cases()) {
+    SCOPED_TRACE(c.name);
+    const auto src = test_matrix(c.rows, c.cols, seed++);
+    const QuantizedMatrix q = quantize_matrix(src.data(), c.rows, c.cols, c.stored);
+    const auto want = decode(q);
+    const cpu::WeightMatrix m = cpu::matrix_weight(ckpt, c.name, c.rows, c.cols);
+    EXPECT_EQ(m.dtype, stored_dtype(c.stored));
+    EXPECT_STREQ(cpu::weight_format_name(m), std::string(format_name(c.stored)).c_str());
+    EXPECT_EQ(m.scales != nullptr, c.stored == WeightFormat::W8 || c.stored == WeightFormat::W4);
+    const auto got = rows_of(m);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << i;  // bit-exact: value = float(q) * scale
+      const auto r = static_cast<std::int64_t>(i) / c.cols;
+      if (r == 1) {
+        ASSERT_EQ(got[i], 0.0f);  // the zero row
+      }
+      const float step = c.stored == WeightFormat::W8   ? q.scales[static_cast<std::size_t>(r)]
+                         : c.stored == WeightFormat::W4 ? q.scales[i / 32]
+                         : c.stored == WeightFormat::F16 ? std::abs(src[i]) * 0x1p-10f + 0x1p-24f
+                                                         : 0.0f;
+      expect_within_half_step(src[i], got[i], step);
+    }
+    // The same matrix with its shape taken from the file.
+    const cpu::WeightMatrix inferred = cpu::matrix_weight(ckpt, c.name);
+    EXPECT_EQ(inferred.rows, c.rows);
+    EXPECT_EQ(inferred.cols, c.cols);
+    EXPECT_EQ(inferred.data, m.data);
+  }
+  EXPECT_EQ(cpu::vector_weight(ckpt, "m.norm.weight", 3), (std::vector<float>{1.5f, -2.0f, 0.25f}));
+  EXPECT_EQ(rows_of(cpu::matrix_weight(ckpt, "m.bf16.weight", 2, 3)), (std::vector<float>{1, -2, 3, 0, -1, 4}));
+  EXPECT_EQ(ckpt.get("m.empty").nbytes, 0u);
+  // A quantized matrix read through reshaped_matrix_weight (its stored 2-D shape flattens trivially).
+  EXPECT_EQ(cpu::reshaped_matrix_weight(ckpt, "m.w4.weight", 6, 96).dtype, DType::U8);
+}
+
+// A bundle holding exactly `tensors` (raw bytes), for the malformed cases.
+struct Raw {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+};
+
+fs::path write_raw(const TempDir& dir, const std::string& file, const std::vector<Raw>& tensors) {
+  const fs::path p = dir.path() / file;
+  BundleWriter w(p, {{"role", "test"}, {"weights", "w8"}});
+  for (const auto& t : tensors) {
+    std::size_t n = dtype_size(t.dtype);
+    for (const auto d : t.shape) n *= static_cast<std::size_t>(d);
+    w.add(t.name, t.dtype, t.shape, std::vector<std::byte>(n, std::byte{0}));
+  }
+  w.finish();
+  return p;
+}
+
+TEST(Bundle, MatrixWeightRejectsMalformedQuantizedMatrices) {
+  TempDir dir;
+  using V = std::vector<Raw>;
+  const auto open = [&](const std::string& f, const V& t) { return Checkpoint::open(write_raw(dir, f, t)); };
+  {
+    const auto ck = open("a.bin", V{{"x.weight", DType::I8, {4, 8}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 8); }, {"x.weight", "x.weight.scale", "lacks"});
+  }
+  {
+    const auto ck = open("b.bin", V{{"x.weight", DType::I8, {4, 8}}, {"x.weight.scale", DType::F32, {5}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 8); }, {"x.weight.scale", "[5]", "[4]", "per-row"});
+  }
+  {
+    const auto ck = open("c.bin", V{{"x.weight", DType::I8, {4, 8}}, {"x.weight.scale", DType::BF16, {4}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 8); }, {"x.weight.scale", "BF16", "F32"});
+  }
+  {
+    const auto ck = open("d.bin", V{{"x.weight", DType::U8, {4, 32}}, {"x.weight.scale", DType::F32, {4, 4}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 64); }, {"x.weight.scale", "[4, 4]", "[4, 2]"});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 32); }, {"x.weight", "[4, 32]", "[4, 16]", "w4"});
+  }
+  {
+    const auto ck = open("e.bin", V{{"x.weight", DType::U8, {4, 32}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 64); }, {"x.weight", "U8 (w4)", "x.weight.scale"});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 40); }, {"x.weight", "multiple of 32"});
+  }
+  {
+    const auto ck = open("f.bin", V{{"x.weight", DType::F16, {4, 8}}, {"x.weight.scale", DType::F32, {4}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 8); }, {"x.weight", "not quantized", "x.weight.scale"});
+  }
+  {
+    const auto ck = open("g.bin", V{{"x.weight", DType::I32, {4, 8}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 8); }, {"x.weight", "I32"});
+  }
+  {
+    const auto ck = open("h.bin", V{{"x.weight", DType::I8, {4, 8}}, {"x.weight.scale", DType::F32, {4}}});
+    expect_error([&] { cpu::matrix_weight(ck, "x.weight", 8, 4); }, {"x.weight", "[4, 8]", "[8, 4]"});
+    EXPECT_EQ(cpu::matrix_weight(ck, "x.weight", 4, 8).dtype, DType::I8);
+  }
+}
+
+TEST(Bundle, WriterErrorsNameThePathAndTensor) {
+  TempDir dir;
+  const fs::path p = dir.path() / "out.bin";
+  expect_error([&] { (void)BundleWriter(p, {{"weights", "w8"}}); }, {p.string(), "role"});
+  expect_error([&] { (void)BundleWriter(p, {{"role", "r"}}); }, {p.string(), "weights"});
+  expect_error([&] { (void)BundleWriter(p, {{"role", "r"}, {"weights", "int3"}}); }, {p.string(), "int3"});
+  expect_error([&] { (void)BundleWriter(p, {{"role", "r"}, {"weights", "w8"}, {"qhexrt_bundle", "2"}}); },
+               {p.string(), "qhexrt_bundle"});
+
+  const std::map<std::string, std::string> meta = {{"role", "r"}, {"weights", "f32"}};
+  {
+    BundleWriter w(p, meta);
+    const std::vector<float> v = {1, 2};
+    w.add_f32("a", {2}, v);
+    expect_error([&] { w.add_f32("a", {2}, v); }, {p.string(), "'a'", "twice"});
+    expect_error([&] { w.add_f32("__pad.0", {2}, v); }, {p.string(), "__pad.0", "reserved"});
+    expect_error([&] { w.add_f32("", {2}, v); }, {p.string(), "empty"});
+    expect_error([&] { w.add_f32("neg", {-1}, v); }, {p.string(), "neg", "negative"});
+  }
+  // Producers held to their declared size; a failed finish leaves no file behind.
+  for (const std::size_t n : {4u, 12u}) {
+    BundleWriter w(p, meta);
+    w.add("short", DType::F32, {2}, [n](ByteSink& sink) {
+      const std::vector<std::byte> b(n);
+      sink.write(b.data(), b.size());
+    });
+    expect_error([&] { w.finish(); }, {p.string(), "'short'", "8"});
+    EXPECT_FALSE(fs::exists(p));
+    EXPECT_FALSE(fs::exists(p.string() + ".partial"));
+    expect_error([&] { w.finish(); }, {p.string(), "twice"});
+  }
+  {  // a conversion error names the tensor and the row
+    BundleWriter w(p, meta);
+    std::vector<float> m(6, 1.0f);
+    m[4] = std::numeric_limits<float>::quiet_NaN();
+    add_matrix(w, "bad.weight", WeightFormat::W8, 2, 3, m);
+    expect_error([&] { w.finish(); }, {p.string(), "bad.weight", "row 1", "column 1"});
+    EXPECT_FALSE(fs::exists(p));
+  }
+  {
+    BundleWriter w(dir.path() / "missing" / "out.bin", meta);
+    w.add_f32("a", {1}, std::vector<float>{1});
+    expect_error([&] { w.finish(); }, {(dir.path() / "missing" / "out.bin").string(), "cannot create"});
+  }
+}
+
+TEST(Bundle, PadsBetweenOddSizedTensors) {
+  TempDir dir;
+  const fs::path p = dir.path() / "pads.bin";
+  BundleWriter w(p, {{"role", "r"}, {"weights", "w8"}});
+  for (int i = 1; i <= 5; ++i)
+    w.add("t" + std::to_string(i), DType::U8, {i * 13}, std::vector<std::byte>(static_cast<std::size_t>(i * 13),
+                                                                                std::byte{static_cast<unsigned char>(i)}));
+  w.add("aligned", DType::F32, {16}, std::vector<std::byte>(64, std::byte{7}));
+  w.add("after", DType::I8, {3}, std::vector<std::byte>(3, std::byte{9}));
+  w.finish();
+  expect_aligned_layout(p);
+  const Header h = read_header(p);
+  EXPECT_TRUE(h.json.contains("__pad.0"));
+  EXPECT_FALSE(h.json.contains("__pad.5"));  // "aligned" follows t5's pad, "after" needs none
+  const auto ckpt = Checkpoint::open(p);
+  for (int i = 1; i <= 5; ++i) {
+    const auto& t = ckpt.get("t" + std::to_string(i));
+    for (std::size_t k = 0; k < t.nbytes; ++k) ASSERT_EQ(std::to_integer<int>(t.data[k]), i);
+  }
+  EXPECT_EQ(std::to_integer<int>(ckpt.get("after").data[2]), 9);
+}
+
+}  // namespace
+}  // namespace qhx

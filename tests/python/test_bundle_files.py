@@ -1,0 +1,207 @@
+"""QHexRT bundle files as the Python safetensors library sees them.
+
+build/bin/bundle_probe (QHX_BIN) writes a small bundle with every weight format
+(see tests/cpp/bundle_probe.cpp for its contents); safetensors.safe_open must
+open it, and every tensor must have the name, dtype, shape and values the
+storage contract in docs/bundle.md ("Weight formats") prescribes: the quantized
+bytes are recomputed here in numpy from the same source values and must match
+exactly. Every tensor's data must start at a multiple of 64 bytes in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from conftest import run_tool, stderr_text, tool_path
+
+W8_TIES = [127, 2.5, 3.5, -2.5, -3.5, 0.5, -0.5, 1.5, -127, 126.5, -126.5]
+W4_TIES = [1, -2, 7, -7, 2.5, 3.5, -2.5, -3.5, 0.5, -0.5, 6.5, -6.5, 1.5, -1.5, 0, 3]
+
+
+def source(rows: int, cols: int) -> np.ndarray:
+    """bundle_probe's source values: float(((r*31 + c*17) % 97) - 48) / float(7 + r), in f32."""
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    return (((r * 31 + c * 17) % 97) - 48).astype(np.float32) / (7 + r).astype(np.float32)
+
+
+def w8_source() -> np.ndarray:
+    w = source(5, 11)
+    w[0] = np.array(W8_TIES, dtype=np.float32)
+    w[1] = 0
+    return w
+
+
+def w4_source() -> np.ndarray:
+    w = source(4, 64)
+    w[0, :32] = 0
+    w[0, :16] = np.array(W4_TIES, dtype=np.float32)
+    w[1] = 0
+    return w
+
+
+def symmetric(w: np.ndarray, qmax: int, qmin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scales and q over the last axis per the contract: scale = max|w| / qmax (1 if that is 0),
+    q = clamp(round_half_even(w / scale), qmin, qmax); all arithmetic in f32."""
+    scale = np.max(np.abs(w), axis=-1) / np.float32(qmax)
+    scale = np.where(scale == 0, np.float32(1), scale).astype(np.float32)
+    q = np.clip(np.rint(w / scale[..., None]), qmin, qmax)
+    return scale, q.astype(np.int8)
+
+
+def expect_w8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return symmetric(w, 127, -127)
+
+
+def expect_w4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(packed U8 [rows, cols/2], scales [rows, cols/32], q [rows, cols])."""
+    rows, cols = w.shape
+    scale, q = symmetric(w.reshape(rows, cols // 32, 32), 7, -8)
+    q = q.reshape(rows, cols)
+    nib = q.astype(np.uint8) & 0xF
+    packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+    return packed, scale, q
+
+
+def unpack_w4(packed: np.ndarray) -> np.ndarray:
+    lo = (packed & 0xF).astype(np.int8)
+    hi = (packed >> 4).astype(np.int8)
+    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.int8)
+    out[:, 0::2] = np.where(lo >= 8, lo - 16, lo)
+    out[:, 1::2] = np.where(hi >= 8, hi - 16, hi)
+    return out
+
+
+def assert_within_half_step(w: np.ndarray, deq: np.ndarray, step: np.ndarray) -> None:
+    err = np.abs(w.astype(np.float64) - deq.astype(np.float64))
+    assert np.all(err <= step.astype(np.float64) / 2 * (1 + 1e-6))
+
+
+# name -> (dtype, shape) as safetensors reports them
+EXPECTED = {
+    "probe.f32.weight": (np.float32, (3, 5)),
+    "probe.f16.weight": (np.float16, (4, 6)),
+    "probe.w8.weight": (np.int8, (5, 11)),
+    "probe.w8.weight.scale": (np.float32, (5,)),
+    "probe.w4.weight": (np.uint8, (4, 32)),
+    "probe.w4.weight.scale": (np.float32, (4, 2)),
+    "probe.w4_fallback.weight": (np.int8, (3, 40)),
+    "probe.w4_fallback.weight.scale": (np.float32, (3,)),
+    "probe.norm.weight": (np.float32, (7,)),
+    "probe.bias": (np.float32, (3,)),
+}
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tool_path("bundle_probe")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} not built: cmake --build build --target bundle_probe (or set QHX_BIN)")
+    out = tmp_path_factory.mktemp("bundle") / "probe.bin"
+    proc = run_tool("bundle_probe", [str(out)], b"", timeout=60)
+    assert proc.returncode == 0, stderr_text(proc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tensors(bundle: Path) -> dict[str, np.ndarray]:
+    with safe_open(str(bundle), "np") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def test_metadata(bundle: Path) -> None:
+    with safe_open(str(bundle), "np") as f:
+        assert f.metadata() == {"qhexrt_bundle": "1", "role": "probe", "weights": "w4"}
+
+
+def test_names_dtypes_shapes(tensors: dict[str, np.ndarray]) -> None:
+    names = {k for k in tensors if not k.startswith("__pad.")}
+    assert names == set(EXPECTED)
+    for name, (dtype, shape) in EXPECTED.items():
+        assert tensors[name].dtype == dtype, name
+        assert tensors[name].shape == shape, name
+    for k, v in tensors.items():
+        if k.startswith("__pad."):
+            assert v.dtype == np.uint8 and v.ndim == 1 and 0 < v.size < 64 and not v.any(), k
+
+
+def test_every_tensor_is_64_byte_aligned_in_the_file(bundle: Path) -> None:
+    data = bundle.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    start = 8 + n
+    assert start % 64 == 0
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        spans.append((begin, end))
+        if not name.startswith("__pad."):
+            assert (start + begin) % 64 == 0, (name, start + begin)
+    spans.sort()
+    assert spans[0][0] == 0 and spans[-1][1] == len(data) - start
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # no unlisted gaps
+
+
+def test_f32_and_vectors(tensors: dict[str, np.ndarray]) -> None:
+    np.testing.assert_array_equal(tensors["probe.f32.weight"], source(3, 5))
+    np.testing.assert_array_equal(tensors["probe.norm.weight"], np.arange(7, dtype=np.float32) / 4 - 1)
+    np.testing.assert_array_equal(tensors["probe.bias"], np.array([0.5, -1.5, 3.0], dtype=np.float32))
+
+
+def test_f16_rounds_to_nearest_even(tensors: dict[str, np.ndarray]) -> None:
+    want = source(4, 6).astype(np.float16)  # numpy's conversion rounds to nearest even
+    assert tensors["probe.f16.weight"].view(np.uint16).tolist() == want.view(np.uint16).tolist()
+
+
+@pytest.mark.parametrize("name,src", [("probe.w8.weight", w8_source), ("probe.w4_fallback.weight",
+                                                                        lambda: source(3, 40))])
+def test_w8(tensors: dict[str, np.ndarray], name: str, src) -> None:
+    w = src()
+    scale, q = expect_w8(w)
+    np.testing.assert_array_equal(tensors[name + ".scale"], scale)
+    np.testing.assert_array_equal(tensors[name], q)
+    deq = tensors[name].astype(np.float32) * tensors[name + ".scale"][:, None]
+    assert_within_half_step(w, deq, np.broadcast_to(scale[:, None], w.shape))
+
+
+def test_w8_ties_and_zero_row(tensors: dict[str, np.ndarray]) -> None:
+    q, scale = tensors["probe.w8.weight"], tensors["probe.w8.weight.scale"]
+    assert scale[0] == 1 and scale[1] == 1
+    assert q[0].tolist() == [127, 2, 4, -2, -4, 0, 0, 2, -127, 126, -126]
+    assert not q[1].any()
+
+
+def test_w4(tensors: dict[str, np.ndarray]) -> None:
+    w = w4_source()
+    packed, scale, q = expect_w4(w)
+    np.testing.assert_array_equal(tensors["probe.w4.weight.scale"], scale)
+    np.testing.assert_array_equal(tensors["probe.w4.weight"], packed)
+    stored_q = unpack_w4(tensors["probe.w4.weight"])
+    np.testing.assert_array_equal(stored_q, q)
+    step = np.repeat(tensors["probe.w4.weight.scale"], 32, axis=1)
+    assert_within_half_step(w, stored_q.astype(np.float32) * step, step)
+
+
+def test_w4_ties_nibble_order_and_zero_groups(tensors: dict[str, np.ndarray]) -> None:
+    packed, scale = tensors["probe.w4.weight"], tensors["probe.w4.weight.scale"]
+    assert scale[0, 0] == 1 and scale[1].tolist() == [1, 1]
+    assert unpack_w4(packed)[0, :16].tolist() == [1, -2, 7, -7, 2, 4, -2, -4, 0, 0, 6, -6, 2, -2, 0, 3]
+    assert packed[0, 0] == 0xE1  # column 0 (1) in the low nibble, column 1 (-2) in the high one
+    assert packed[0, 1] == 0x97  # 7, -7
+    assert not packed[0, 8:16].any() and not packed[1].any()
+
+
+def test_probe_reports_unwritable_path(tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "probe.bin"
+    proc = run_tool("bundle_probe", [str(target)], b"", timeout=60)
+    assert proc.returncode == 1
+    assert str(target) in stderr_text(proc)
+    assert not target.exists()

@@ -1,0 +1,56 @@
+// qhx_export — a Hugging Face Qwen3-VL checkpoint -> a QHexRT bundle (docs/bundle.md).
+//
+//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--image-size 512]
+//              [--prefill-chunk 320] [--context N] [--verify]
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "export/export_bundle.hpp"
+#include "export/verify_bundle.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Export a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle"};
+  qhx::ExportOptions o;
+  bool verify = false, quiet = false;
+  std::string hf, out;
+  app.add_option("--hf", hf, "Hugging Face checkpoint directory")->required();
+  app.add_option("--out", out, "bundle directory to write")->required();
+  app.add_option("--weights", o.weights, "weight format: w8 (int8 per channel), w4 (int4, group 32), f16, f32")
+      ->check(CLI::IsMember({"w8", "w4", "f16", "f32"}));
+  app.add_option("--image-size", o.image_size, "fixed image size of the VLM manifest (a multiple of 32)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill call")->check(CLI::PositiveNumber);
+  app.add_option("--context", o.context, "context length (KV cache)")->check(CLI::Range(2, 1 << 20));
+  app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
+  app.add_flag("-q,--quiet", quiet, "no progress bar");
+  CLI11_PARSE(app, argc, argv);
+  o.hf_dir = hf;
+  o.out_dir = out;
+  o.progress = !quiet;
+  try {
+    const qhx::ExportSummary s = qhx::export_bundle(o);
+    std::uint64_t total = 0;
+    std::printf("bundle %s (%s) written in %.1f s:\n", out.c_str(), o.weights.c_str(), s.seconds);
+    for (const auto& [name, bytes] : s.files) {
+      std::printf("  %-32s %12.3f MB\n", name.c_str(), static_cast<double>(bytes) / 1e6);
+      total += bytes;
+    }
+    std::printf("  %-32s %12.3f MB\n", "total", static_cast<double>(total) / 1e6);
+    if (verify) {
+      const qhx::VerifyReport r = qhx::verify_bundle(s, o);
+      for (const auto& c : r.cases)
+        std::printf("verify %-5s: greedy first token %d (fp32 source %d), logits cosine %.6f (bound %.5f), max abs %.3e\n",
+                    c.name.c_str(), c.bundle_token, c.source_token, c.cosine, r.cosine_bound, c.max_abs);
+      if (!r.passed) {
+        std::fprintf(stderr, "qhx_export: error: the bundle fails the export gate (see above)\n");
+        return 1;
+      }
+      std::printf("verify: passed\n");
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nqhx_export: error: %s\n", e.what());
+    return 1;
+  }
+}
