@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <memory>
 
 #include "backends/cpu/weights.hpp"
 #include "export/bundle_manifests.hpp"
@@ -50,46 +49,15 @@ cpu::WeightMatrix source_matrix(const TensorView& t, std::int64_t rows, std::int
   return cpu::WeightMatrix{t.data, t.dtype, rows, cols};
 }
 
-// Declares `name` [rows, cols] in `format` (and its ".scale" companion for w8/w4),
-// converting from `src` row by row while the file is written.
+// Declares `name` [rows, cols] in `format` (and its ".scale"), converting
+// from `src` row by row while the file is written.
 void add_matrix(BundleWriter& w, const std::string& name, const TensorView& src, std::int64_t rows, std::int64_t cols,
-                WeightFormat requested, Progress& progress) {
-  const WeightFormat f = matrix_storage_format(requested, cols);
+                WeightFormat format, Progress& progress) {
   const cpu::WeightMatrix m = source_matrix(src, rows, cols);
-  auto scales = std::make_shared<std::vector<float>>();  // filled by the data producer, written right after it
-  w.add(name, stored_dtype(f), stored_shape(f, rows, cols), [m, f, scales, &progress](ByteSink& sink) {
-    std::vector<float> row(static_cast<std::size_t>(m.cols));
-    std::vector<std::uint8_t> out(static_cast<std::size_t>(m.cols) * 4);
-    const std::int64_t groups = m.cols / kW4Group;
-    scales->assign(f == WeightFormat::W8 ? static_cast<std::size_t>(m.rows)
-                   : f == WeightFormat::W4 ? static_cast<std::size_t>(m.rows * groups) : 0, 0.0f);
-    for (std::int64_t r = 0; r < m.rows; ++r) {
-      cpu::weight_row_to_f32(m, r, row.data());
-      const auto ur = static_cast<std::size_t>(r);
-      switch (f) {
-        case WeightFormat::F32:
-          sink.write(row.data(), row.size() * sizeof(float));
-          break;
-        case WeightFormat::F16:
-          quantize_f16_row(row.data(), m.cols, reinterpret_cast<std::uint16_t*>(out.data()));
-          sink.write(out.data(), static_cast<std::size_t>(m.cols) * 2);
-          break;
-        case WeightFormat::W8:
-          (*scales)[ur] = quantize_w8_row(row.data(), m.cols, reinterpret_cast<std::int8_t*>(out.data()));
-          sink.write(out.data(), static_cast<std::size_t>(m.cols));
-          break;
-        case WeightFormat::W4:
-          quantize_w4_row(row.data(), m.cols, out.data(), scales->data() + ur * static_cast<std::size_t>(groups));
-          sink.write(out.data(), static_cast<std::size_t>(m.cols / 2));
-          break;
-      }
-      progress.advance(static_cast<std::uint64_t>(m.cols) * dtype_size(m.dtype));
-    }
+  add_matrix(w, name, format, rows, cols, [m, &progress](std::int64_t r, float* out) {
+    cpu::weight_row_to_f32(m, r, out);
+    progress.advance(static_cast<std::uint64_t>(m.cols) * dtype_size(m.dtype));
   });
-  if (f == WeightFormat::W8 || f == WeightFormat::W4)
-    w.add(name + ".scale", DType::F32, scale_shape(f, rows, cols), [scales](ByteSink& sink) {
-      sink.write(std::span<const float>(*scales));
-    });
 }
 
 // Vectors (norm weights, biases) are stored as f32 whatever the format.

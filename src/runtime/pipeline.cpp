@@ -108,7 +108,7 @@ Pipeline Pipeline::open(const std::filesystem::path& path) {
       t.file.emplace(Checkpoint::open(m.dir / mt.file));
       t.tensor = mt.tensor;
       const TensorView& v = t.file->get(mt.tensor);
-      if (v.shape.size() == 2) t.matrix = cpu::matrix_weight(*t.file, mt.tensor, v.shape[0], v.shape[1]);
+      if (v.shape.size() == 2) t.matrix = cpu::matrix_weight(*t.file, mt.tensor);  // any stored format
       res.tables.emplace(name, std::move(t));
       return 0;
     });

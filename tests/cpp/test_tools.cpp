@@ -213,3 +213,91 @@ TEST(QhxGenerate, BadFlagsAndManifests) {
 
 }  // namespace
 }  // namespace qhx
+
+namespace qhx {
+namespace {
+
+// A w8 bundle of the tiny checkpoint, exported by qhx_export into `dir`.
+std::filesystem::path export_tiny_bundle(const test::TempDir& dir) {
+  const auto out = dir.path() / "bundle";
+  const ToolRun r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w8 -q", "");
+  EXPECT_EQ(r.status, 0) << r.err;
+  return out;
+}
+
+TEST(QhxExport, BundleRunsAndVerifies) {
+  test::TempDir dir;
+  const auto out = dir.path() / "bundle";
+  const ToolRun r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w8 -q --verify", "");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("verify: passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("llm_shared_512.bin"), std::string::npos) << r.out;
+  const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
+  EXPECT_EQ(g.status, 0) << g.err;
+}
+
+TEST(QhxExport, BadArguments) {
+  test::TempDir dir;
+  ToolRun r = run_tool("qhx_export", "--hf /nonexistent --out " + quoted(dir.path() / "b"), "");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
+  r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights w3", "");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("w3"), std::string::npos) << r.err;
+}
+
+TEST(QhxGenerate, CorruptBundles) {
+  test::TempDir dir;
+  const auto bundle = export_tiny_bundle(dir);
+  const auto text = quoted(bundle / "qwen3vl-2b-text-512.json");
+  const auto llm = bundle / "llm_shared_512.bin";
+  const std::string good = test::read_file(llm);
+
+  std::ofstream(llm, std::ios::binary) << good.substr(0, good.size() / 2);  // truncated
+  expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin", "past the end"});
+  std::ofstream(llm, std::ios::binary) << "garbage, not a bundle";           // corrupt
+  expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin"});
+
+  std::string newer = good;  // the same bytes, claiming format version 2
+  const auto at = newer.find("\"qhexrt_bundle\":\"1\"");
+  ASSERT_NE(at, std::string::npos);
+  newer[at + 17] = '2';
+  std::ofstream(llm, std::ios::binary) << newer;
+  expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin", "version 2", "newer QHexRT"});
+
+  std::ofstream(llm, std::ios::binary) << good;
+  std::filesystem::remove(bundle / "lmhead_wqo.bin");                       // a file the manifest names is missing
+  expect_generate_error("-m " + text + " -p Hi -n 2", {"lmhead_wqo.bin"});
+}
+
+TEST(QhxGenerate, BundleShapesMustMatchTheConfig) {
+  test::TempDir dir;
+  const auto bundle = export_tiny_bundle(dir);
+  auto config = nlohmann::json::parse(test::read_file(bundle / "config.json"));
+  config["text_config"]["intermediate_size"] = 256;
+  std::ofstream(bundle / "config.json") << config.dump();
+  expect_generate_error("-m " + quoted(bundle / "qwen3vl-2b-text-512.json") + " -p Hi -n 2", {"shape", "mlp"});
+}
+
+TEST(QhxGenerate, ImageErrors) {
+  test::TempDir dir;
+  const auto bundle = export_tiny_bundle(dir);
+  const auto vlm = quoted(bundle / "qwen3vl-2b-vlm-512.json");
+  const auto not_image = dir.write("notes.png", "this is text, not a picture\n");
+  expect_generate_error("-m " + vlm + " -p Hi -n 2 -i " + quoted(not_image), {"notes.png"});
+  expect_generate_error("-m " + vlm + " -p Hi -n 2 -i /nonexistent/photo.jpg", {"/nonexistent/photo.jpg"});
+  // An image given to the text-only manifest.
+  const auto ppm = dir.write("tiny.ppm", std::string("P6\n2 2\n255\n") + std::string(12, '\x80'));
+  expect_generate_error("-m " + quoted(bundle / "qwen3vl-2b-text-512.json") + " -p Hi -n 2 -i " + quoted(ppm),
+                        {"no image stages"});
+  // A header claiming 100,000 x 100,000 pixels is refused before decoding.
+  const auto huge = dir.write("huge.ppm", "P6\n100000 100000\n255\n" + std::string(64, '\0'));
+  expect_generate_error("-m " + vlm + " -p Hi -n 2 -i " + quoted(huge), {"huge.ppm"});
+  const auto empty = dir.write("empty.ppm", "P6\n0 0\n255\n");
+  expect_generate_error("-m " + vlm + " -p Hi -n 2 -i " + quoted(empty), {"empty.ppm"});
+  // More <image> markers than images.
+  expect_generate_error("-m " + vlm + " -p '<image> and <image>' -n 2 -i " + quoted(ppm), {"<image> markers"});
+}
+
+}  // namespace
+}  // namespace qhx

@@ -31,7 +31,7 @@ class LinearGraph final : public Delegate {
     for (const auto& n : names) {
       if (const TensorView* t = ckpt_->find(n); t != nullptr) {
         if (t->shape.size() != 2) fail("graph \"", name_, "\": tensor ", n, " is not a matrix");
-        w_ = matrix_weight(*ckpt_, n, t->shape[0], t->shape[1]);
+        w_ = matrix_weight(*ckpt_, n);  // any stored format (f32, bf16, f16, w8, w4)
         return;
       }
     }
