@@ -30,6 +30,13 @@ APT_PACKAGES+=(
   libexif-dev
 )
 # --- end of image decoding ----------------------------------------------------
+# --- SIMD kernels (src/backends/cpu/kernels_fast.cpp) -------------------------
+# Google Highway, run-time dispatch over SSE4/AVX2/AVX-512/NEON. Tested with
+# libhwy-dev 1.0.3-3+deb12u1 (unpinned: Debian 12 security updates move it).
+APT_PACKAGES+=(
+  libhwy-dev
+)
+# --- end of SIMD kernels -------------------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 
+#include "backends/cpu/thread_pool.hpp"
 #include "common/debug_dump.hpp"
 #include "io/npy.hpp"
 #include "qhexrt/error.hpp"
@@ -102,6 +103,7 @@ int run(const Args& args_in) {
   if (!a.positional.empty()) apply_positional(a);
   if (a.model.empty()) qhx::fail("no model: give -m MANIFEST_OR_HF_DIR (or the positional form)");
   if (a.threads < 0) qhx::fail("--threads must be >= 1");
+  if (a.threads > 0) qhx::cpu::set_threads(a.threads);  // the CPU kernels' pool
 
   if (a.print_plan) {
     const qhx::Manifest m = std::filesystem::is_directory(a.model) ? qhx::default_manifest_for_hf_dir(a.model)

@@ -50,6 +50,33 @@ int qhx_tokenizer_encode(const qhx_tokenizer* tok, const char* text, size_t len,
 int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_ids, int skip_special, char* buf,
                          size_t cap, size_t* len);
 
+/* ---- generation ---------------------------------------------------------- */
+
+typedef struct qhx_pipeline qhx_pipeline;
+
+/* Opens a manifest (.json) or a Hugging Face checkpoint directory (default plan). */
+int qhx_pipeline_open(const char* manifest_or_dir, qhx_pipeline** out);
+void qhx_pipeline_free(qhx_pipeline* pipe);
+
+typedef struct qhx_generate_options {
+  const char* prompt;          /* the user's message (the whole text if raw != 0) */
+  const char* system;          /* NULL for none */
+  const char* const* images;   /* image paths, placed at "<image>" markers or first */
+  size_t n_images;
+  int32_t max_new_tokens;      /* 0 = the manifest's default */
+  int greedy;                  /* != 0: argmax; else the manifest's sampling defaults */
+  uint64_t seed;
+  int raw;                     /* != 0: no chat template */
+} qhx_generate_options;
+
+/* Called with each piece of generated text as it is produced (whole UTF-8 characters). */
+typedef void (*qhx_text_callback)(const char* text, size_t len, void* user);
+
+/* Runs one request. The full text (special tokens dropped) goes to `buf` as for
+ * qhx_tokenizer_decode; `on_text` (may be NULL) streams it. */
+int qhx_pipeline_generate(qhx_pipeline* pipe, const qhx_generate_options* options, qhx_text_callback on_text,
+                          void* user, char* buf, size_t cap, size_t* len);
+
 #ifdef __cplusplus
 }
 #endif

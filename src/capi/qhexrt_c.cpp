@@ -4,10 +4,15 @@
 #include <cstring>
 #include <string>
 
+#include "qhexrt/pipeline.hpp"
 #include "qhexrt/tokenizer.hpp"
 
 struct qhx_tokenizer {
   qhx::Tokenizer tok;
+};
+
+struct qhx_pipeline {
+  qhx::Pipeline pipe;
 };
 
 namespace {
@@ -74,6 +79,44 @@ int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_
     *len = text.size();
     if (text.size() + 1 > cap) return set_error(QHX_ERR_BUFFER_TOO_SMALL, "qhx_tokenizer_decode: buffer too small");
     std::memcpy(buf, text.c_str(), text.size() + 1);
+    return QHX_OK;
+  });
+}
+
+int qhx_pipeline_open(const char* manifest_or_dir, qhx_pipeline** out) {
+  if (manifest_or_dir == nullptr || out == nullptr) return set_error(QHX_ERR_ARGUMENT, "qhx_pipeline_open: NULL argument");
+  *out = nullptr;
+  return guarded([&]() -> int {
+    *out = new qhx_pipeline{qhx::Pipeline::open(manifest_or_dir)};
+    return QHX_OK;
+  });
+}
+
+void qhx_pipeline_free(qhx_pipeline* pipe) { delete pipe; }
+
+int qhx_pipeline_generate(qhx_pipeline* pipe, const qhx_generate_options* o, qhx_text_callback on_text, void* user,
+                          char* buf, size_t cap, size_t* len) {
+  if (pipe == nullptr || o == nullptr || o->prompt == nullptr || len == nullptr || (buf == nullptr && cap > 0) ||
+      (o->images == nullptr && o->n_images > 0))
+    return set_error(QHX_ERR_ARGUMENT, "qhx_pipeline_generate: NULL argument");
+  return guarded([&]() -> int {
+    qhx::GenerationRequest req;
+    req.prompt = o->prompt;
+    if (o->system != nullptr) req.system = o->system;
+    for (size_t i = 0; i < o->n_images; ++i) req.images.emplace_back(o->images[i]);
+    if (o->max_new_tokens > 0) req.max_new_tokens = o->max_new_tokens;
+    if (o->greedy != 0) {
+      qhx::SamplingParams greedy;
+      greedy.greedy = true;
+      req.sampling = greedy;
+    }
+    req.raw = o->raw != 0;
+    if (on_text != nullptr)
+      req.on_text = [on_text, user](std::string_view text) { on_text(text.data(), text.size(), user); };
+    const qhx::GenerationResult r = pipe->pipe.generate(req);
+    *len = r.text.size();
+    if (r.text.size() + 1 > cap) return set_error(QHX_ERR_BUFFER_TOO_SMALL, "qhx_pipeline_generate: buffer too small");
+    std::memcpy(buf, r.text.c_str(), r.text.size() + 1);
     return QHX_OK;
   });
 }

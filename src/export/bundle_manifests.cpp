@@ -54,14 +54,7 @@ nlohmann::json vlm_manifest(const BundleFiles& f) {
   m["graphs"] = llm_graphs(f);
   m["graphs"]["vision"] = {
       {"backend", "cpu"}, {"kind", "qwen3vl.vision_encoder"}, {"config", "config.json"}, {"weights", f.vision}};
-  m["stages"] = {{{"op", "load_images"}},
-                 {{"op", "tokenize"}},
-                 {{"op", "patch_embed"}, {"patch_weight", "patch_embed"}, {"patch_bias", "patch_bias"}, {"pos_embed", "pos_embed"}},
-                 {{"op", "vision"}, {"graph", "vision"}},
-                 {{"op", "embed"}, {"table", "embed"}},
-                 {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
-                 {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-                 {{"op", "detokenize"}}};
+  m["stages"] = qwen3vl_vlm_stages();
   return m;
 }
 
@@ -71,11 +64,7 @@ nlohmann::json text_manifest(const BundleFiles& f) {
   m["graphs"] = llm_graphs(f);
   // "mode": "chunked" runs the prompt in prefill_chunk blocks; "decode_over_prompt"
   // feeds it one token per call through the same graph, as the seed's text plan does.
-  m["stages"] = {{{"op", "tokenize"}},
-                 {{"op", "embed"}, {"table", "embed"}},
-                 {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"mode", "chunked"}},
-                 {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-                 {{"op", "detokenize"}}};
+  m["stages"] = qwen3vl_text_stages("chunked");
   return m;
 }
 

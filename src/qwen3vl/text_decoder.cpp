@@ -39,7 +39,7 @@ class TextDecoder final : public Delegate {
   std::vector<float> final_norm_;  // [hidden]
   std::vector<float> inv_freq_;    // [head_dim / 2]
   std::vector<std::uint8_t> axes_;
-  const cpu::KernelSet* k_ = &cpu::reference_kernels();
+  const cpu::KernelSet* k_ = &cpu::active_kernels();
 
   // Workspace, sized once for max_t_ tokens.
   std::vector<float> h_, x_, cos_, sin_;  // h_: residual [T, hidden]; x_: normed; cos/sin [T, head_dim]

@@ -51,7 +51,7 @@ class VisionEncoder final : public Delegate {
   std::vector<Merger> deepstack_;  // in the order of deepstack_visual_indexes
   Merger merger_;
   std::vector<float> inv_freq_;    // [head_dim / 4]
-  const cpu::KernelSet* k_ = &cpu::reference_kernels();
+  const cpu::KernelSet* k_ = &cpu::active_kernels();
 };
 
 Merger load_merger(const Checkpoint& ck, const std::string& p, const Qwen3VLVisionConfig& c, bool after) {

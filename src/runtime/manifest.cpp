@@ -165,6 +165,25 @@ Manifest load_manifest(const std::filesystem::path& path) {
   return parse_manifest(text, path.string(), path.parent_path());
 }
 
+nlohmann::json qwen3vl_vlm_stages() {
+  return {{{"op", "load_images"}},
+          {{"op", "tokenize"}},
+          {{"op", "patch_embed"}, {"patch_weight", "patch_embed"}, {"patch_bias", "patch_bias"}, {"pos_embed", "pos_embed"}},
+          {{"op", "vision"}, {"graph", "vision"}},
+          {{"op", "embed"}, {"table", "embed"}},
+          {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
+          {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+          {{"op", "detokenize"}}};
+}
+
+nlohmann::json qwen3vl_text_stages(const std::string& prefill_mode) {
+  return {{{"op", "tokenize"}},
+          {{"op", "embed"}, {"table", "embed"}},
+          {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"mode", prefill_mode}},
+          {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+          {{"op", "detokenize"}}};
+}
+
 Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
   // Absolute file names, so that the plan (qhx_generate --print-plan) works from anywhere.
   const std::filesystem::path dir = std::filesystem::absolute(dir_in);
@@ -199,15 +218,7 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
           {"kind", "linear"},
           {"weights", weights},
           {"tensor", {"lm_head.weight", "model.language_model.embed_tokens.weight"}}}}}},
-      {"stages",
-       {{{"op", "load_images"}},
-        {{"op", "tokenize"}},
-        {{"op", "patch_embed"}, {"patch_weight", "patch_embed"}, {"patch_bias", "patch_bias"}, {"pos_embed", "pos_embed"}},
-        {{"op", "vision"}, {"graph", "vision"}},
-        {{"op", "embed"}, {"table", "embed"}},
-        {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
-        {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-        {{"op", "detokenize"}}}}};
+      {"stages", qwen3vl_vlm_stages()}};
   return parse_manifest(j.dump(), (dir / "(default plan)").string(), dir);
 }
 

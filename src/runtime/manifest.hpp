@@ -76,6 +76,11 @@ const std::vector<std::string>& known_stage_ops();
 Manifest parse_manifest(std::string_view json_text, const std::string& source, const std::filesystem::path& dir);
 Manifest load_manifest(const std::filesystem::path& path);
 
+// The stage lists of Qwen3-VL plans, shared by the default plan and the bundle
+// manifests: image -> text (with the image stages), and text only.
+nlohmann::json qwen3vl_vlm_stages();
+nlohmann::json qwen3vl_text_stages(const std::string& prefill_mode = "chunked");
+
 // The plan for a Hugging Face checkpoint directory: f32 on the CPU straight
 // from its safetensors, tokenizer.json beside it.
 Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir);

@@ -34,7 +34,7 @@ std::unique_ptr<Stage> make_detokenize_stage(const ManifestStage& stage, Resourc
 std::string stage_ref(const ManifestStage& stage, const char* key);
 // Runs `llm` on tokens [start, start+T) and `lm_head` on the rows of hidden
 // selected by `all_rows` (every row, or only the last); logits land in `out`.
-void run_llm_step(Resources& res, Graph& llm, Graph& lm_head, const float* embeds, const std::int32_t* positions,
+void run_llm_step(Graph& llm, Graph& lm_head, const float* embeds, const std::int32_t* positions,
                   std::int64_t T, std::int64_t start, const float* deepstack, std::int64_t n_deepstack,
                   const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out);
 

@@ -5,6 +5,17 @@
 #include "qhexrt/qhexrt.h"
 
 static int failures = 0;
+
+struct stream {
+  size_t calls, bytes;
+};
+
+static void on_text(const char* text, size_t len, void* user) {
+  struct stream* s = (struct stream*)user;
+  (void)text;
+  s->calls++;
+  s->bytes += len;
+}
 #define CHECK(cond)                                                   \
   do {                                                                \
     if (!(cond)) {                                                    \
@@ -22,8 +33,8 @@ int main(int argc, char** argv) {
   const int32_t expected[] = {74785, 419, 2168, 13};
   const char* text = "Describe this image.";
 
-  if (argc != 2) {
-    fprintf(stderr, "usage: test_capi TOKENIZER_JSON\n");
+  if (argc != 3) {
+    fprintf(stderr, "usage: test_capi TOKENIZER_JSON CHECKPOINT_DIR\n");
     return 2;
   }
   CHECK(strlen(qhx_version()) > 0);
@@ -55,6 +66,30 @@ int main(int argc, char** argv) {
   }
   qhx_tokenizer_free(tok);
   qhx_tokenizer_free(NULL);
+
+  {
+    qhx_pipeline* pipe = NULL;
+    qhx_generate_options o;
+    struct stream s = {0, 0};
+    char text[4096];
+    memset(&o, 0, sizeof o);
+    CHECK(qhx_pipeline_open("/nonexistent/plan.json", &pipe) == QHX_ERR && pipe == NULL);
+    CHECK(strstr(qhx_last_error(), "/nonexistent/plan.json") != NULL);
+    CHECK(qhx_pipeline_open(argv[2], &pipe) == QHX_OK);
+    if (pipe != NULL) {
+      o.prompt = "Hello";
+      o.max_new_tokens = 5;
+      o.greedy = 1;
+      CHECK(qhx_pipeline_generate(pipe, &o, on_text, &s, text, sizeof text, &len) == QHX_OK);
+      CHECK(s.calls >= 1 && s.bytes == len); /* the stream carried the whole text */
+      CHECK(strlen(text) == len);
+      CHECK(qhx_pipeline_generate(pipe, NULL, NULL, NULL, text, sizeof text, &len) == QHX_ERR_ARGUMENT);
+      o.max_new_tokens = 1000000;
+      CHECK(qhx_pipeline_generate(pipe, &o, NULL, NULL, text, sizeof text, &len) == QHX_ERR);
+      CHECK(strstr(qhx_last_error(), "context") != NULL);
+      qhx_pipeline_free(pipe);
+    }
+  }
   printf("test_capi: %s\n", failures == 0 ? "ok" : "FAILED");
   return failures == 0 ? 0 : 1;
 }

@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "backends/cpu/kernel_set.hpp"
+#include "backends/cpu/kernels_fast.hpp"
 #include "common/half.hpp"
 #include "formats/quantize.hpp"
 
 namespace qhx::cpu {
 namespace {
 
-std::vector<const KernelSet*> kernel_sets() { return {&reference_kernels()}; }
+std::vector<const KernelSet*> kernel_sets() { return {&reference_kernels(), &fast_kernels()}; }
 
 class Kernels : public ::testing::TestWithParam<const KernelSet*> {
  protected:

@@ -115,3 +115,24 @@ def tagged_corpus() -> list[tuple[str, str]]:
 @pytest.fixture(scope="session")
 def corpus(tagged_corpus: list[tuple[str, str]]) -> list[str]:
     return [s for _, s in tagged_corpus]
+
+
+def rowwise_cosine(a, b):
+    """Cosine similarity of each row of a and b (float64)."""
+    import numpy as np
+    a = a.reshape(a.shape[0], -1).astype(np.float64)
+    b = b.reshape(b.shape[0], -1).astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def check_close(ours, ref, what: str, cosine_min: float, max_abs: float | None) -> None:
+    """Asserts equal shapes, every row's cosine >= cosine_min and (if given) max |ours - ref| <= max_abs;
+    prints the figures (pytest -s shows them)."""
+    import numpy as np
+    assert ours.shape == ref.shape, f"{what}: shape {ours.shape} vs {ref.shape}"
+    cos = rowwise_cosine(ours, ref)
+    err = float(np.abs(ours - ref).max())
+    print(f"{what}: min cosine {cos.min():.8f}, max abs error {err:.3e}")
+    assert cos.min() >= cosine_min, f"{what}: min cosine {cos.min()} at row {cos.argmin()}"
+    if max_abs is not None:
+        assert err <= max_abs, f"{what}: max abs error {err}"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import REPO_ROOT, tool_path
+from conftest import REPO_ROOT, rowwise_cosine, tool_path
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -49,12 +49,6 @@ def bundles(tmp_path_factory) -> dict[tuple[str, str], Path]:
             assert proc.returncode == 0, proc.stderr.decode(errors="replace")
             out[(config, weights)] = dest
     return out
-
-
-def rowwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a.reshape(a.shape[0], -1).astype(np.float64)
-    b = b.reshape(b.shape[0], -1).astype(np.float64)
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def run(args: list[str], tmp: Path) -> tuple[dict, Path]:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import REPO_ROOT, tool_path
+from conftest import REPO_ROOT, check_close, tool_path
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -38,20 +38,8 @@ def references() -> dict[str, Path]:
             if build_all.ensure_reference(name, log=lambda *a: None)}
 
 
-def rowwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a.reshape(a.shape[0], -1).astype(np.float64)
-    b = b.reshape(b.shape[0], -1).astype(np.float64)
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
-def check_close(ours: np.ndarray, ref: np.ndarray, what: str, max_abs: float | None = MAX_ABS) -> None:
-    assert ours.shape == ref.shape, f"{what}: shape {ours.shape} vs {ref.shape}"
-    cos = rowwise_cosine(ours, ref)
-    err = float(np.abs(ours - ref).max())
-    print(f"{what}: min cosine {cos.min():.8f}, max abs error {err:.3e}")
-    assert cos.min() >= COSINE_MIN, f"{what}: min cosine {cos.min()} at row {cos.argmin()}"
-    if max_abs is not None:
-        assert err <= max_abs, f"{what}: max abs error {err}"
+def check(ours: np.ndarray, ref: np.ndarray, what: str, max_abs: float | None = MAX_ABS) -> None:
+    check_close(ours, ref, what, COSINE_MIN, max_abs)
 
 
 def prompt_and_images(meta: dict, images_dir: Path) -> tuple[str, list[str]]:
@@ -91,15 +79,15 @@ def test_matches_transformers(references, config, case, tmp_path):
     px = d("vision.pixel_values")
     assert np.array_equal(px, ref["pixel_values_fast"]), \
         f"pixel values differ by {np.abs(px - ref['pixel_values_fast']).max()}"
-    check_close(d("vision.merger"), ref["vision.merger"], f"{config}/{case} vision tower", max_abs=None)
+    check(d("vision.merger"), ref["vision.merger"], f"{config}/{case} vision tower", max_abs=None)
     k = 0
     while f"vision.deepstack{k}" in ref:
-        check_close(d(f"vision.deepstack{k}"), ref[f"vision.deepstack{k}"], f"{config}/{case} deepstack {k}",
+        check(d(f"vision.deepstack{k}"), ref[f"vision.deepstack{k}"], f"{config}/{case} deepstack {k}",
                     max_abs=None)
         k += 1
     assert k > 0
     assert np.array_equal(d("rope.position_ids").astype(np.int64), ref["position_ids"]), "position ids differ"
     assert int(d("rope.delta")[0]) == int(ref["rope_delta"][0]), "rope_delta differs"
-    check_close(np.load(tmp_path / "prompt.npy"), ref["prompt_logits"], f"{config}/{case} prompt logits")
+    check(np.load(tmp_path / "prompt.npy"), ref["prompt_logits"], f"{config}/{case} prompt logits")
     assert result["tokens"] == ref["greedy_tokens"].tolist(), "greedy continuation differs"
-    check_close(np.load(tmp_path / "step.npy"), ref["step_logits"], f"{config}/{case} decode-step logits")
+    check(np.load(tmp_path / "step.npy"), ref["step_logits"], f"{config}/{case} decode-step logits")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import REPO_ROOT, tool_path
+from conftest import REPO_ROOT, check_close, tool_path
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -56,12 +56,7 @@ def case_args(meta: dict) -> list[str]:
 
 
 def check_logits(ours: np.ndarray, ref: np.ndarray, what: str) -> None:
-    assert ours.shape == ref.shape, f"{what}: shape {ours.shape} vs {ref.shape}"
-    cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
-    err = np.abs(ours - ref).max()
-    print(f"{what}: min cosine {cos.min():.8f}, max abs error {err:.3e}")
-    assert cos.min() >= COSINE_MIN, f"{what}: min cosine {cos.min()} at row {cos.argmin()}"
-    assert err <= MAX_ABS, f"{what}: max abs error {err}"
+    check_close(ours, ref, what, COSINE_MIN, MAX_ABS)
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -30,4 +30,9 @@ struct KernelSet {
 // The plain f32 kernels of kernels_ref.hpp.
 const KernelSet& reference_kernels();
 
+// The kernels graphs run on: the fast set (kernels_fast.hpp), unless the
+// environment variable QHX_KERNELS=reference asks for the reference one
+// (read once, at the first call).
+const KernelSet& active_kernels();
+
 }  // namespace qhx::cpu

@@ -52,7 +52,7 @@ class LinearGraph final : public Delegate {
   std::string name_;
   std::optional<Checkpoint> ckpt_;
   WeightMatrix w_;
-  const KernelSet* k_ = &reference_kernels();
+  const KernelSet* k_ = &active_kernels();
 };
 
 }  // namespace

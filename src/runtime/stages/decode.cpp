@@ -49,10 +49,10 @@ class DecodeStage final : public Stage {
       if (step + 1 == ctx.max_new_tokens) break;  // budget spent: no need for the next logits
 
       if (tok < 0 || tok >= table.matrix.rows) fail("decode: sampled token ", tok, " has no embedding");
-      cpu::reference_kernels().gather_rows(table.matrix, &tok, 1, x.data());
+      cpu::active_kernels().gather_rows(table.matrix, &tok, 1, x.data());
       const std::int64_t p = L + step;  // sequence index of this token
       std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
-      run_llm_step(res, llm, head, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);
+      run_llm_step(llm, head, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);
       ++out.timings.decode_steps;
     }
     if (out.timings.decode_steps > 0)

@@ -18,7 +18,7 @@ class EmbedStage final : public Stage {
       if (id < 0 || id >= t.matrix.rows)
         fail("token id ", id, " is outside the embedding table \"", table_, "\" (", t.matrix.rows, " rows)");
     ctx.embeds.resize(ctx.ids.size() * static_cast<std::size_t>(t.matrix.cols));
-    cpu::reference_kernels().gather_rows(t.matrix, ctx.ids.data(), static_cast<std::int64_t>(ctx.ids.size()),
+    cpu::active_kernels().gather_rows(t.matrix, ctx.ids.data(), static_cast<std::int64_t>(ctx.ids.size()),
                                          ctx.embeds.data());
     scatter_image_features(ctx, t.matrix.cols);
   }

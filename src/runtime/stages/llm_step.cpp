@@ -14,10 +14,9 @@ std::string stage_ref(const ManifestStage& stage, const char* key) {
   return it->get<std::string>();
 }
 
-void run_llm_step(Resources& res, Graph& llm, Graph& lm_head, const float* embeds, const std::int32_t* positions,
+void run_llm_step(Graph& llm, Graph& lm_head, const float* embeds, const std::int32_t* positions,
                   std::int64_t T, std::int64_t start, const float* deepstack, std::int64_t n_deepstack,
                   const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out) {
-  (void)res;
   const std::int64_t H = llm.outputs[0].shape[1];
   static const std::uint8_t kNoImage[1] = {0};
   std::vector<std::uint8_t> no_mask;

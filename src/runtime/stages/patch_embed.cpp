@@ -41,14 +41,14 @@ class PatchEmbedStage final : public Stage {
       debug::dump("vision.pixel_values", px.data(), {n, static_cast<std::int64_t>(px.size()) / n});
       const std::size_t at = ctx.vision_hidden.size();
       ctx.vision_hidden.resize(at + static_cast<std::size_t>(n * hidden));
-      cpu::reference_kernels().linear(px.data(), n, patch_, bias_.data(), ctx.vision_hidden.data() + at);
+      cpu::active_kernels().linear(px.data(), n, patch_, bias_.data(), ctx.vision_hidden.data() + at);
       const auto pos = qwen3vl::interpolate_pos_embed(pos_, im.t, im.gh, im.gw, layout_.merge);
       pos_all.insert(pos_all.end(), pos.begin(), pos.end());
     }
     const auto n_all = static_cast<std::int64_t>(pos_all.size()) / hidden;
     debug::dump("vision.patch_embed", ctx.vision_hidden.data(), {n_all, hidden});
     debug::dump("vision.pos_embed", pos_all.data(), {n_all, hidden});
-    cpu::reference_kernels().add_inplace(ctx.vision_hidden.data(), pos_all.data(), n_all * hidden);
+    cpu::active_kernels().add_inplace(ctx.vision_hidden.data(), pos_all.data(), n_all * hidden);
     ctx.result.timings.vision_ms += ms_since(t0);
   }
 

@@ -64,7 +64,7 @@ class PrefillStage final : public Stage {
       }
       img_row = row;
       const bool all_rows = ctx.request.keep_prompt_logits;
-      run_llm_step(res, llm, head, ctx.embeds.data() + s * H, pos.data(), T, s, ds.data(), n_ds, mask.data() + s,
+      run_llm_step(llm, head, ctx.embeds.data() + s * H, pos.data(), T, s, ds.data(), n_ds, mask.data() + s,
                    all_rows, logits);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
     }

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# llama.cpp side by side with QHexRT on the SAME random Qwen3-VL-2B weights, in one run.
+#
+#   bash bench/peer/run_llama_cpp.sh [--threads N] [--skip-qhx] [--quick]
+#
+# A benchmark, not a test (scripts/test.sh never calls it). Steps, each skipped when done:
+#   1. llama.cpp's source from PyPI: the llama-cpp-python sdist (pinned below) vendors it;
+#      `pip download --no-binary :all:` into $QHX_CACHE/peer/dl, unpacked under $QHX_CACHE/peer/src.
+#   2. CMake build of only llama-bench, llama-quantize and llama-mtmd-cli (GGML_NATIVE=ON, CPU
+#      only, -j2, niced) into $QHX_CACHE/peer/build.
+#   3. $QHX_CACHE/random_2b (tests/reference/make_random_2b.py) -> GGUF Q8_0 with the vendored
+#      convert_hf_to_gguf.py and gguf-py (project venv), the vision projector (mmproj) at Q8_0,
+#      and Q4_0 with llama-quantize (requantized from the Q8_0 file: speed is what is compared).
+#   4. llama-bench -t N -p 320 -n 32 on both (JSON; also -t 1), qhx_bench --json on the w8 bundle (and w4
+#      when its bundle exists) with the same thread count, and the table of bench/peer/compare.py.
+# Nothing here is written into the repository: sources, builds, models and results stay in
+# $QHX_CACHE/peer.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/env.sh"
+cd "$QHX_ROOT"
+
+LLAMA_CPP_PYTHON_VERSION=0.3.36   # vendors a llama.cpp with Qwen3-VL (text: qwen3vl, mmproj: qwen3vl_merger)
+threads=2
+skip_qhx=0
+quick=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads) threads="$2"; shift 2 ;;
+    --skip-qhx) skip_qhx=1; shift ;;
+    --quick) quick="--quick"; shift ;;
+    *) echo "run_llama_cpp.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+peer="$QHX_CACHE/peer"
+src="$peer/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
+llama="$src/vendor/llama.cpp"
+build="$peer/build-$LLAMA_CPP_PYTHON_VERSION"
+models="$peer/models"
+results="$peer/results"
+ckpt="$QHX_CACHE/random_2b"
+mkdir -p "$peer/dl" "$peer/src" "$models" "$results"
+
+# 1. source
+sdist="$peer/dl/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+if [ ! -f "$sdist" ]; then
+  echo "== pip download llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION (sdist)"
+  "$QHX_PY" -m pip download --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$peer/dl"
+fi
+if [ ! -f "$llama/CMakeLists.txt" ]; then
+  echo "== unpack $sdist"
+  tar -xzf "$sdist" -C "$peer/src"
+fi
+if ! grep -q '"Qwen3VLForConditionalGeneration"' "$llama"/conversion/*.py "$llama"/convert_hf_to_gguf.py 2>/dev/null; then
+  echo "run_llama_cpp.sh: llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's llama.cpp cannot convert Qwen3VLForConditionalGeneration" >&2
+  exit 1
+fi
+
+# 2. build (only the needed targets)
+bin="$build/bin"
+if [ ! -x "$bin/llama-bench" ] || [ ! -x "$bin/llama-quantize" ] || [ ! -x "$bin/llama-mtmd-cli" ]; then
+  echo "== build llama-bench, llama-quantize, llama-mtmd-cli (-j2, nice)"
+  cmake -S "$llama" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DBUILD_SHARED_LIBS=OFF >/dev/null
+  nice -n 10 cmake --build "$build" -j2 --target llama-bench llama-quantize llama-mtmd-cli
+fi
+
+# 3. the same random 2B weights as GGUF
+if [ ! -f "$ckpt/model.safetensors" ]; then
+  echo "== random 2B checkpoint -> $ckpt"
+  "$QHX_PY" tests/reference/make_random_2b.py --out "$ckpt"
+fi
+# The converter's Qwen vocab path imports sentencepiece (not in the project venv): install it
+# into the cache, not into the venv.
+if ! PYTHONPATH="$peer/pydeps" "$QHX_PY" -c 'import sentencepiece' 2>/dev/null; then
+  echo "== pip install --target $peer/pydeps sentencepiece (for convert_hf_to_gguf.py)"
+  "$QHX_PY" -m pip install --target "$peer/pydeps" --no-deps sentencepiece
+fi
+convert() {  # convert() OUT ARGS...: the vendored converter with the vendored gguf-py
+  local out="$1"; shift
+  [ -f "$out" ] && return 0
+  echo "== convert_hf_to_gguf.py $* -> $out"
+  PYTHONPATH="$llama/gguf-py:$peer/pydeps" NO_LOCAL_GGUF=1 nice -n 10 "$QHX_PY" "$llama/convert_hf_to_gguf.py" "$ckpt" \
+    --outfile "$out.part" "$@"
+  mv "$out.part" "$out"
+}
+convert "$models/random_2b-Q8_0.gguf" --outtype q8_0
+convert "$models/random_2b-mmproj-Q8_0.gguf" --outtype q8_0 --mmproj
+if [ ! -f "$models/random_2b-Q4_0.gguf" ]; then
+  echo "== llama-quantize Q8_0 -> Q4_0"
+  nice -n 10 "$bin/llama-quantize" --allow-requantize "$models/random_2b-Q8_0.gguf" "$models/random_2b-Q4_0.gguf.part" Q4_0 2
+  mv "$models/random_2b-Q4_0.gguf.part" "$models/random_2b-Q4_0.gguf"
+fi
+
+# 4. measure
+# Also at 1 thread: QHexRT's kernels may run single-threaded (qhx_bench's threads_used says),
+# and compare.py then shows that pairing too.
+reps=3
+[ -n "$quick" ] && reps=2
+tlist="$threads"
+[ "$threads" != 1 ] && tlist="1,$threads"
+for q in Q8_0 Q4_0; do
+  echo "== llama-bench $q -t $tlist -p 320 -n 32 -r $reps"
+  "$bin/llama-bench" -m "$models/random_2b-$q.gguf" -t "$tlist" -p 320 -n 32 -r "$reps" -o json \
+    >"$results/llama_bench_$q.json"
+done
+if [ -f assets/sample.png ]; then  # TTFT-like figure of the multimodal CLI (best effort, not compared)
+  echo "== llama-mtmd-cli Q8_0 + mmproj, 'Describe this image.' (1 token)"
+  "$bin/llama-mtmd-cli" -m "$models/random_2b-Q8_0.gguf" --mmproj "$models/random_2b-mmproj-Q8_0.gguf" \
+    --image assets/sample.png -p "Describe this image." -n 1 -t "$threads" --temp 0 \
+    >"$results/mtmd_Q8_0.txt" 2>&1 || echo "   (llama-mtmd-cli failed: see $results/mtmd_Q8_0.txt)"
+fi
+qhx_args=()
+if [ "$skip_qhx" = 0 ]; then
+  bash scripts/bench.sh --threads "$threads" $quick --json >"$results/qhx_w8.json"
+  qhx_args+=(--qhx-w8 "$results/qhx_w8.json")
+  if [ -d "$QHX_CACHE/bundles/random_2b-w4" ]; then
+    QHX_BENCH_WEIGHTS=w4 bash scripts/bench.sh --threads "$threads" $quick --json >"$results/qhx_w4.json"
+    qhx_args+=(--qhx-w4 "$results/qhx_w4.json")
+  fi
+else
+  [ -f "$results/qhx_w8.json" ] && qhx_args+=(--qhx-w8 "$results/qhx_w8.json")
+  [ -f "$results/qhx_w4.json" ] && qhx_args+=(--qhx-w4 "$results/qhx_w4.json")
+fi
+"$QHX_PY" bench/peer/compare.py --llama-q8 "$results/llama_bench_Q8_0.json" --llama-q4 "$results/llama_bench_Q4_0.json" \
+  --mtmd "$results/mtmd_Q8_0.txt" --threads "$threads" "${qhx_args[@]}"

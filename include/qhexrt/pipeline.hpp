@@ -1,0 +1,88 @@
+// qhexrt/pipeline.hpp — the runtime's C++ API. A Pipeline is a loaded run plan
+// (a manifest, or a Hugging Face checkpoint directory with the default plan):
+// its graphs, tables and tokenizer, ready to generate. open() does all the
+// loading (and all the checking it can do before a request); generate() runs
+// the manifest's stages for one request.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qhexrt/sampling.hpp"
+#include "qhexrt/tokenizer.hpp"
+
+namespace qhx {
+
+struct Manifest;  // the parsed plan (src/runtime/manifest.hpp)
+
+struct GenerationRequest {
+  std::string prompt;
+  std::optional<std::string> system;      // a system turn before the user's
+  bool raw = false;                       // the prompt is fed as is, without the chat template
+  // Images, placed in the user's turn at each "<image>" marker of the prompt,
+  // or before the text when the prompt has no marker.
+  std::vector<std::filesystem::path> images;
+  std::optional<std::string> resize;      // "fixed" or "native"; default: the manifest's
+  std::optional<std::int64_t> max_new_tokens;  // default: the manifest's
+  std::optional<SamplingParams> sampling;      // default: the manifest's
+  std::function<void(std::string_view)> on_text;  // streamed text, never half a UTF-8 character
+  // Teacher forcing: decode step i takes forced_tokens[i] instead of sampling
+  // (the logits are still computed and kept), e.g. to measure top-1 agreement
+  // of a quantized bundle along the fp32 model's own continuation.
+  std::vector<std::int32_t> forced_tokens;
+  bool keep_step_logits = false;          // the logits that chose each generated token
+  bool keep_prompt_logits = false;        // the logits at every prompt position
+};
+
+struct Timings {
+  double load_ms = 0;      // Pipeline::open
+  double vision_ms = 0;    // image load, resize, stage F and the vision graph
+  std::int64_t image_tokens = 0;
+  double prefill_ms = 0;   // prompt through the graphs, up to the first logits
+  double ttft_ms = 0;      // request start to the first generated token
+  double decode_ms_per_token = 0;
+  std::int64_t decode_steps = 0;  // graph runs after prefill
+};
+
+struct GenerationResult {
+  std::vector<std::int32_t> prompt_tokens;  // after templating
+  std::vector<std::int32_t> tokens;         // generated, including a final stop token if one ended it
+  std::string text;                         // tokens decoded without special tokens
+  std::string stop_reason;                  // "stop_token" or "max_new_tokens"
+  std::int64_t vocab = 0;                   // logits row width
+  std::vector<float> step_logits;           // [tokens.size(), vocab] if requested
+  std::vector<float> prompt_logits;         // [prompt_tokens.size(), vocab] if requested
+  Timings timings;
+};
+
+class Pipeline {
+ public:
+  // `path` is a manifest (.json) or a Hugging Face checkpoint directory (then
+  // the default f32 CPU plan). Throws qhx::Error naming what is wrong.
+  static Pipeline open(const std::filesystem::path& path);
+
+  Pipeline(Pipeline&&) noexcept;
+  Pipeline& operator=(Pipeline&&) noexcept;
+  ~Pipeline();
+
+  const Manifest& manifest() const;
+  const Tokenizer& tokenizer() const;
+  double load_ms() const;
+
+  // Runs the stages. Throws qhx::Error for a request that cannot run (e.g. a
+  // prompt longer than the context).
+  GenerationResult generate(const GenerationRequest& request);
+
+ private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qhx

@@ -1,0 +1,504 @@
+// The fast CPU kernels (kernels_fast.hpp): Highway's foreach_target pattern.
+// This file is compiled once per SIMD target (it re-includes itself through
+// hwy/foreach_target.h); the per-target code lives in namespace HWY_NAMESPACE,
+// and the part under HWY_ONCE (compiled once) dispatches to the best target
+// the CPU supports (HWY_DYNAMIC_DISPATCH) and splits the work over the pool.
+
+// Vectors are kept in small arrays (register blocking), which the sizeless
+// vector types of SVE and RVV do not allow: those targets fall back to NEON
+// or scalar code.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/kernels_fast.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <string_view>
+#include <vector>
+
+#include "backends/cpu/kernel_set.hpp"
+#include "backends/cpu/kernels_fast.hpp"
+#include "backends/cpu/kernels_ref.hpp"
+#include "backends/cpu/thread_pool.hpp"
+#include "common/half.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qhx::cpu::fast {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 f32 lanes: a w4 group (32 columns) splits into whole vectors.
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+
+inline std::int64_t lanes() { return static_cast<std::int64_t>(hn::Lanes(DF())); }
+
+// ---- weight rows: Load(c) gives the f32 weights at columns c .. c+N-1 ------
+// (in the activation layout, see W4Row), Scalar(c) one column, for the tail;
+// `post` multiplies the finished dot product (w8's row scale).
+
+struct F32Row {
+  const float* p;
+  float post = 1.0f;
+  HWY_INLINE VF Load(DF df, std::int64_t c) const { return hn::LoadU(df, p + c); }
+  float Scalar(std::int64_t c) const { return p[c]; }
+};
+
+struct Bf16Row {
+  const std::uint16_t* p;
+  float post = 1.0f;
+  HWY_INLINE VF Load(DF df, std::int64_t c) const {
+    const hn::Rebind<std::uint16_t, DF> d16;
+    const hn::Rebind<std::uint32_t, DF> d32;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p + c))));
+  }
+  float Scalar(std::int64_t c) const { return bf16_to_f32(p[c]); }
+};
+
+struct F16Row {
+  const std::uint16_t* p;
+  float post = 1.0f;
+  HWY_INLINE VF Load(DF df, std::int64_t c) const {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p + c)));
+  }
+  float Scalar(std::int64_t c) const { return f16_to_f32(p[c]); }
+};
+
+struct W8Row {  // q * row scale: the scale is applied once, to the dot product
+  const std::int8_t* p;
+  float post;
+  HWY_INLINE VF Load(DF df, std::int64_t c) const {
+    const hn::Rebind<std::int8_t, DF> d8;
+    const hn::Rebind<std::int32_t, DF> d32;
+    return hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p + c)));
+  }
+  float Scalar(std::int64_t c) const { return static_cast<float>(p[c]); }
+};
+
+// w4 reads the activations permuted per group of 32 columns: the 16 even
+// columns first (the low nibbles of the group's 16 bytes), then the 16 odd ones
+// (the high nibbles); see permute_for_w4. Values are float(q) * scale exactly.
+struct W4Row {
+  const std::uint8_t* p;  // the row's cols / 2 bytes
+  const float* s;         // the row's cols / 32 scales
+  float post = 1.0f;
+  HWY_INLINE VF Load(DF df, std::int64_t c) const {
+    const hn::Rebind<std::uint8_t, DF> d8;
+    const hn::Rebind<std::int32_t, DF> d32;
+    const std::int64_t g = c >> 5, pos = c & 31;
+    const auto v = hn::BitCast(d32, hn::PromoteTo(hn::Rebind<std::uint32_t, DF>(), hn::LoadU(d8, p + g * 16 + (pos & 15))));
+    const auto q = pos < 16 ? hn::ShiftRight<28>(hn::ShiftLeft<28>(v)) : hn::ShiftRight<28>(hn::ShiftLeft<24>(v));
+    return hn::Mul(hn::ConvertTo(df, q), hn::Set(df, s[g]));
+  }
+  float Scalar(std::int64_t) const { return 0.0f; }  // never used: cols % 32 == 0
+};
+
+// sums[i] = post * dot(x[i * ldx ..], row) for i < MB: each weight vector is
+// loaded (and widened) once and used for all MB activation rows.
+template <int MB, class Row>
+HWY_INLINE void DotBlock(const Row& row, const float* x, std::int64_t ldx, std::int64_t cols, float* sums) {
+  const DF df;
+  const std::int64_t N = lanes();
+  VF a0[MB], a1[MB];
+  for (int i = 0; i < MB; ++i) a0[i] = a1[i] = hn::Zero(df);
+  std::int64_t c = 0;
+  for (; c + 2 * N <= cols; c += 2 * N) {
+    const VF w0 = row.Load(df, c);
+    const VF w1 = row.Load(df, c + N);
+    for (int i = 0; i < MB; ++i) {
+      a0[i] = hn::MulAdd(hn::LoadU(df, x + i * ldx + c), w0, a0[i]);
+      a1[i] = hn::MulAdd(hn::LoadU(df, x + i * ldx + c + N), w1, a1[i]);
+    }
+  }
+  for (; c + N <= cols; c += N) {
+    const VF w0 = row.Load(df, c);
+    for (int i = 0; i < MB; ++i) a0[i] = hn::MulAdd(hn::LoadU(df, x + i * ldx + c), w0, a0[i]);
+  }
+  for (int i = 0; i < MB; ++i) {
+    float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0[i], a1[i])));
+    for (std::int64_t t = c; t < cols; ++t) s += x[i * ldx + t] * row.Scalar(t);
+    sums[i] = s * row.post;
+  }
+}
+
+// Output rows [r0, r1) of y[m, rows] = x[m, cols] · wᵀ (+ bias).
+template <class MakeRow>
+HWY_INLINE void LinearRowsT(const MakeRow& make_row, const float* x, std::int64_t m, std::int64_t rows,
+                            std::int64_t cols, const float* bias, float* y, std::int64_t r0, std::int64_t r1) {
+  // A tile of activation rows (about 256 KiB, so it stays in L2) is reused for
+  // every weight row of the range; weights stream once per tile.
+  const std::int64_t fit = (std::int64_t{1} << 16) / std::max<std::int64_t>(1, cols);
+  const std::int64_t tile = std::max<std::int64_t>(4, fit / 4 * 4);
+  for (std::int64_t i0 = 0; i0 < m; i0 += tile) {
+    const std::int64_t i1 = std::min(m, i0 + tile);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const auto row = make_row(r);
+      const float b = bias != nullptr ? bias[r] : 0.0f;
+      float s[4];
+      std::int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) {
+        DotBlock<4>(row, x + i * cols, cols, cols, s);
+        for (int k = 0; k < 4; ++k) y[(i + k) * rows + r] = s[k] + b;
+      }
+      const std::int64_t rest = i1 - i;
+      if (rest == 3) DotBlock<3>(row, x + i * cols, cols, cols, s);
+      if (rest == 2) DotBlock<2>(row, x + i * cols, cols, cols, s);
+      if (rest == 1) DotBlock<1>(row, x + i * cols, cols, cols, s);
+      for (std::int64_t k = 0; k < rest; ++k) y[(i + k) * rows + r] = s[k] + b;
+    }
+  }
+}
+
+void LinearRows(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y, std::int64_t r0,
+                std::int64_t r1) {
+  const std::int64_t n = w.cols;
+  switch (w.dtype) {
+    case DType::F32: {
+      const auto* d = static_cast<const float*>(w.data);
+      LinearRowsT([&](std::int64_t r) { return F32Row{d + r * n}; }, x, m, w.rows, n, bias, y, r0, r1);
+      return;
+    }
+    case DType::BF16: {
+      const auto* d = static_cast<const std::uint16_t*>(w.data);
+      LinearRowsT([&](std::int64_t r) { return Bf16Row{d + r * n}; }, x, m, w.rows, n, bias, y, r0, r1);
+      return;
+    }
+    case DType::F16: {
+      const auto* d = static_cast<const std::uint16_t*>(w.data);
+      LinearRowsT([&](std::int64_t r) { return F16Row{d + r * n}; }, x, m, w.rows, n, bias, y, r0, r1);
+      return;
+    }
+    case DType::I8: {
+      const auto* d = static_cast<const std::int8_t*>(w.data);
+      LinearRowsT([&](std::int64_t r) { return W8Row{d + r * n, w.scales[r]}; }, x, m, w.rows, n, bias, y, r0, r1);
+      return;
+    }
+    case DType::U8: {
+      const auto* d = static_cast<const std::uint8_t*>(w.data);
+      const std::int64_t groups = n / kW4GroupSize;
+      LinearRowsT([&](std::int64_t r) { return W4Row{d + r * (n / 2), w.scales + r * groups}; }, x, m, w.rows, n,
+                  bias, y, r0, r1);
+      return;
+    }
+    default:
+      return;  // rejected by the caller
+  }
+}
+
+// ---- small vector helpers ---------------------------------------------------
+
+HWY_INLINE float Dot(const float* a, const float* b, std::int64_t n) {
+  const DF df;
+  const std::int64_t N = lanes();
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  std::int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
+    a1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), a1);
+  }
+  for (; i + N <= n; i += N) a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+HWY_INLINE float Sum(const float* a, std::int64_t n) {
+  const DF df;
+  const std::int64_t N = lanes();
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  std::int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    a0 = hn::Add(hn::LoadU(df, a + i), a0);
+    a1 = hn::Add(hn::LoadU(df, a + i + N), a1);
+  }
+  for (; i + N <= n; i += N) a0 = hn::Add(hn::LoadU(df, a + i), a0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; i < n; ++i) s += a[i];
+  return s;
+}
+
+// ---- attention ----------------------------------------------------------------
+
+// Tasks [b, e) of t * hq (query i = task / hq, head h = task % hq); p: n floats.
+void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                    std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                    std::int64_t b, std::int64_t e, float* p) {
+  (void)t;
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t group = hq / hkv;
+  for (std::int64_t task = b; task < e; ++task) {
+    const std::int64_t i = task / hq, h = task % hq;
+    const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
+    const float* qi = q + (i * hq + h) * d;
+    const std::int64_t kvh = h / group;
+    float max_s = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < visible; ++j) {
+      p[j] = Dot(qi, k + (j * hkv + kvh) * d, d) * scale;
+      max_s = std::max(max_s, p[j]);
+    }
+    const VF vmax = hn::Set(df, max_s);
+    VF vsum = hn::Zero(df);
+    std::int64_t j = 0;
+    for (; j + N <= visible; j += N) {
+      const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, p + j), vmax));
+      hn::StoreU(ex, df, p + j);
+      vsum = hn::Add(vsum, ex);
+    }
+    float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+    for (; j < visible; ++j) {
+      p[j] = std::exp(p[j] - max_s);
+      sum += p[j];
+    }
+    float* o = out + (i * hq + h) * d;
+    std::fill(o, o + d, 0.0f);
+    const float inv = 1.0f / sum;
+    for (j = 0; j < visible; ++j) {
+      const float wj = p[j] * inv;
+      const float* vj = v + (j * hkv + kvh) * d;
+      const VF vw = hn::Set(df, wj);
+      std::int64_t c = 0;
+      for (; c + N <= d; c += N) hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, vj + c), hn::LoadU(df, o + c)), df, o + c);
+      for (; c < d; ++c) o[c] += wj * vj[c];
+    }
+  }
+}
+
+// ---- norms and elementwise ------------------------------------------------------
+
+void RmsNormRows(const float* x, const float* w, std::int64_t n, float eps, float* y, std::int64_t r0,
+                 std::int64_t r1) {
+  const DF df;
+  const std::int64_t N = lanes();
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float mean_sq = Dot(xr, xr, n) / static_cast<float>(n);
+    const float inv = 1.0f / std::sqrt(mean_sq + eps);
+    const VF vinv = hn::Set(df, inv);
+    std::int64_t i = 0;
+    for (; i + N <= n; i += N)
+      hn::StoreU(hn::Mul(hn::LoadU(df, w + i), hn::Mul(hn::LoadU(df, xr + i), vinv)), df, yr + i);
+    for (; i < n; ++i) yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void LayerNormRows(const float* x, const float* w, const float* b, std::int64_t n, float eps, float* y,
+                   std::int64_t r0, std::int64_t r1) {
+  const DF df;
+  const std::int64_t N = lanes();
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float mean = Sum(xr, n) / static_cast<float>(n);
+    const VF vmean = hn::Set(df, mean);
+    VF acc = hn::Zero(df);
+    std::int64_t i = 0;
+    for (; i + N <= n; i += N) {
+      const VF dv = hn::Sub(hn::LoadU(df, xr + i), vmean);
+      acc = hn::MulAdd(dv, dv, acc);
+    }
+    float var = hn::GetLane(hn::SumOfLanes(df, acc));
+    for (; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+    const VF vinv = hn::Set(df, inv);
+    for (i = 0; i + N <= n; i += N) {
+      const VF nv = hn::Mul(hn::Sub(hn::LoadU(df, xr + i), vmean), vinv);
+      hn::StoreU(hn::MulAdd(nv, hn::LoadU(df, w + i), hn::LoadU(df, b + i)), df, yr + i);
+    }
+    for (; i < n; ++i) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+  }
+}
+
+void SiluMulRange(const float* gate, const float* up, float* y, std::int64_t b, std::int64_t e) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const VF one = hn::Set(df, 1.0f), lim = hn::Set(df, 88.0f);  // exp(88) is finite in f32
+  std::int64_t i = b;
+  for (; i + N <= e; i += N) {
+    const VF g = hn::LoadU(df, gate + i);
+    const VF ex = hn::Exp(df, hn::Min(hn::Neg(g), lim));
+    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, ex)), hn::LoadU(df, up + i)), df, y + i);
+  }
+  for (; i < e; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void GeluTanhRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const float k = std::sqrt(2.0f / std::numbers::pi_v<float>);
+  const VF vk = hn::Set(df, k), c = hn::Set(df, 0.044715f), half = hn::Set(df, 0.5f), one = hn::Set(df, 1.0f);
+  std::int64_t i = b;
+  for (; i + N <= e; i += N) {
+    const VF v = hn::LoadU(df, x + i);
+    const VF inner = hn::Mul(vk, hn::MulAdd(hn::Mul(c, v), hn::Mul(v, v), v));
+    hn::StoreU(hn::Mul(hn::Mul(half, v), hn::Add(one, hn::Tanh(df, inner))), df, y + i);
+  }
+  for (; i < e; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void AddRange(float* y, const float* x, std::int64_t b, std::int64_t e) {
+  const DF df;
+  const std::int64_t N = lanes();
+  std::int64_t i = b;
+  for (; i + N <= e; i += N) hn::StoreU(hn::Add(hn::LoadU(df, y + i), hn::LoadU(df, x + i)), df, y + i);
+  for (; i < e; ++i) y[i] += x[i];
+}
+
+void RopeRotateHalf(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
+                    const float* sin) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t half = dim / 2;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const float* c = cos + t * dim;
+    const float* s = sin + t * dim;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * dim;
+      std::int64_t i = 0;
+      for (; i + N <= half; i += N) {
+        const VF lo = hn::LoadU(df, v + i), hi = hn::LoadU(df, v + i + half);
+        hn::StoreU(hn::Sub(hn::Mul(lo, hn::LoadU(df, c + i)), hn::Mul(hi, hn::LoadU(df, s + i))), df, v + i);
+        hn::StoreU(hn::Add(hn::Mul(hi, hn::LoadU(df, c + i + half)), hn::Mul(lo, hn::LoadU(df, s + i + half))), df,
+                   v + i + half);
+      }
+      for (; i < half; ++i) {
+        const float lo = v[i];
+        const float hi = v[i + half];
+        v[i] = lo * c[i] + (-hi) * s[i];
+        v[i + half] = hi * c[i + half] + lo * s[i + half];
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qhx::cpu::fast
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qhx::cpu {
+namespace fast {
+
+HWY_EXPORT(LinearRows);
+HWY_EXPORT(AttentionTasks);
+HWY_EXPORT(RmsNormRows);
+HWY_EXPORT(LayerNormRows);
+HWY_EXPORT(SiluMulRange);
+HWY_EXPORT(GeluTanhRange);
+HWY_EXPORT(AddRange);
+HWY_EXPORT(RopeRotateHalf);
+
+namespace {
+
+// Work items per chunk so that a chunk is worth a thread hand-off (~32k flops).
+std::int64_t grain_for(std::int64_t cost_per_item) {
+  return std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(1, cost_per_item));
+}
+
+// x [m, cols] with each group of 32 columns reordered to its 16 even columns,
+// then its 16 odd ones: the order W4Row reads the nibbles in.
+const float* permute_for_w4(const float* x, std::int64_t m, std::int64_t cols) {
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<std::size_t>(m * cols));
+  for (std::int64_t i = 0; i < m * cols; i += kW4GroupSize) {
+    const float* src = x + i;
+    float* dst = buf.data() + i;
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = src[2 * j];
+      dst[16 + j] = src[2 * j + 1];
+    }
+  }
+  return buf.data();
+}
+
+}  // namespace
+
+void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 ||
+                     w.dtype == DType::I8 || w.dtype == DType::U8;
+  if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0)) {
+    ref::linear(x, m, w, bias, y);  // reports the bad matrix as the reference does
+    return;
+  }
+  const float* xs = w.dtype == DType::U8 ? permute_for_w4(x, m, w.cols) : x;
+  parallel_for(w.rows, grain_for(m * w.cols), [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(LinearRows)(xs, m, w, bias, y, b, e);
+  });
+}
+
+void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+               std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
+  parallel_for(t * hq, grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> p;
+    p.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
+    HWY_DYNAMIC_DISPATCH(AttentionTasks)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+  });
+}
+
+void rms_norm(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y) {
+  parallel_for(rows, grain_for(3 * n), [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(RmsNormRows)(x, w, n, eps, y, b, e);
+  });
+}
+
+void layer_norm(const float* x, const float* w, const float* b, std::int64_t rows, std::int64_t n, float eps,
+                float* y) {
+  parallel_for(rows, grain_for(5 * n), [&](std::int64_t r0, std::int64_t r1) {
+    HWY_DYNAMIC_DISPATCH(LayerNormRows)(x, w, b, n, eps, y, r0, r1);
+  });
+}
+
+void silu_mul(const float* gate, const float* up, std::int64_t n, float* y) {
+  parallel_for(n, grain_for(20), [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(SiluMulRange)(gate, up, y, b, e);
+  });
+}
+
+void gelu_tanh(const float* x, std::int64_t n, float* y) {
+  parallel_for(n, grain_for(20), [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(GeluTanhRange)(x, y, b, e);
+  });
+}
+
+void add_inplace(float* y, const float* x, std::int64_t n) { HWY_DYNAMIC_DISPATCH(AddRange)(y, x, 0, n); }
+
+void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
+                      const float* sin) {
+  HWY_DYNAMIC_DISPATCH(RopeRotateHalf)(x, tokens, heads, dim, cos, sin);
+}
+
+}  // namespace fast
+
+const KernelSet& fast_kernels() {
+  static const KernelSet k{"fast",          fast::linear,      fast::rms_norm,  fast::layer_norm,
+                           fast::silu_mul,  fast::gelu_tanh,   ref::gelu_erf,   fast::add_inplace,
+                           fast::rope_rotate_half, fast::attention, ref::gather_rows};
+  return k;
+}
+
+const KernelSet& active_kernels() {
+  static const KernelSet& k = [] () -> const KernelSet& {
+    const char* env = std::getenv("QHX_KERNELS");
+    return env != nullptr && std::string_view(env) == "reference" ? reference_kernels() : fast_kernels();
+  }();
+  return k;
+}
+
+}  // namespace qhx::cpu
+#endif  // HWY_ONCE

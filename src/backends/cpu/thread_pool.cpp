@@ -1,0 +1,171 @@
+#include "backends/cpu/thread_pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace qhx::cpu {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spin iterations before sleeping: roughly tens of microseconds, enough to
+// bridge the gaps between the kernel calls of one decode step.
+constexpr int kSpin = 20000;
+
+thread_local bool t_in_pool_job = false;  // set while a thread runs a chunk
+
+class Pool {
+ public:
+  ~Pool() { stop(); }
+
+  void set_threads(int n) {
+    std::lock_guard<std::mutex> call(call_mu_);
+    stop();
+    threads_.store(std::max(1, n), std::memory_order_relaxed);
+  }
+
+  int threads() const { return threads_.load(std::memory_order_relaxed); }
+
+  void run(std::int64_t n, std::int64_t grain, detail::ChunkFn call, void* ctx) {
+    if (n <= 0) return;
+    grain = std::max<std::int64_t>(1, grain);
+    const std::int64_t max_chunks = std::max<std::int64_t>(1, n / grain);
+    std::unique_lock<std::mutex> busy(call_mu_, std::try_to_lock);
+    const std::int64_t chunks = std::min<std::int64_t>(threads(), max_chunks);
+    if (chunks <= 1 || !busy.owns_lock() || t_in_pool_job) {  // serial: small, nested or concurrent
+      call(ctx, 0, n);
+      return;
+    }
+    start_workers();
+    n_ = n;
+    chunks_ = chunks;
+    call_ = call;
+    ctx_ = ctx;
+    error_ = nullptr;
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+
+    std::exception_ptr mine;
+    t_in_pool_job = true;
+    try {
+      call(ctx, 0, n / chunks);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    t_in_pool_job = false;
+
+    for (int i = 0; i < kSpin && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+    if (pending_.load(std::memory_order_acquire) != 0) {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
+    if (mine) std::rethrow_exception(mine);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void start_workers() {
+    const int t = threads();
+    if (!workers_.empty() || t <= 1) return;
+    stop_ = false;
+    // Each worker starts from the current generation, so it cannot miss the
+    // job that is published right after this returns.
+    const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 1; i < t; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
+  }
+
+  void stop() {
+    if (workers_.empty()) return;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  void worker(int index, std::uint64_t seen) {
+    for (;;) {
+      for (int i = 0; i < kSpin && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock<std::mutex> lk(mu_);
+        wake_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stop_) return;
+      }
+      if (index < chunks_) {
+        const std::int64_t begin = n_ * index / chunks_;
+        const std::int64_t end = n_ * (index + 1) / chunks_;
+        t_in_pool_job = true;
+        try {
+          call_(ctx_, begin, end);
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (!error_) error_ = std::current_exception();
+        }
+        t_in_pool_job = false;
+      }
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lk(mu_);
+        done_.notify_one();
+      }
+    }
+  }
+
+  std::mutex call_mu_;  // held by the one running call
+  std::atomic<int> threads_{std::max(1, static_cast<int>(std::thread::hardware_concurrency()))};
+  std::vector<std::thread> workers_;
+
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  bool stop_ = false;
+
+  // The current job (written before generation_ is bumped, read after).
+  std::int64_t n_ = 0, chunks_ = 0;
+  detail::ChunkFn call_ = nullptr;
+  void* ctx_ = nullptr;
+  std::exception_ptr error_;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+void set_threads(int n) { pool().set_threads(n); }
+int num_threads() { return pool().threads(); }
+
+namespace detail {
+void parallel_run(std::int64_t n, std::int64_t grain, ChunkFn call, void* ctx) { pool().run(n, grain, call, ctx); }
+}  // namespace detail
+
+}  // namespace qhx::cpu

@@ -1,0 +1,47 @@
+// A small persistent thread pool for the CPU kernels: `parallel_for(n, fn)`
+// splits [0, n) into contiguous chunks, one per participating thread (the
+// caller runs the first chunk itself), and returns when all are done.
+//
+// Workers are started once (lazily, on first use) and live until exit or the
+// next set_threads(); they spin briefly after each job, then sleep on a
+// condition variable. A call allocates nothing: `fn` is passed by reference
+// through a function pointer. Calls are meant to come from one thread at a
+// time; a call made while another is running (from a second thread, or from
+// inside a worker's fn) simply runs serially on its caller, so it is always
+// safe. An exception thrown by fn on any thread is rethrown to the caller.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace qhx::cpu {
+
+// Number of threads parallel_for uses, the caller included (>= 1). The default
+// is std::thread::hardware_concurrency(). Changing it restarts the workers.
+// Not to be called while a parallel_for is running.
+void set_threads(int n);
+int num_threads();
+
+namespace detail {
+using ChunkFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end);
+void parallel_run(std::int64_t n, std::int64_t grain, ChunkFn call, void* ctx);
+}  // namespace detail
+
+// Calls fn(begin, end) over contiguous chunks covering [0, n), each of at
+// least `grain` items (one chunk when n < 2 * grain), on up to num_threads() threads.
+template <class Fn>
+void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
+  using F = std::remove_reference_t<Fn>;
+  detail::parallel_run(
+      n, grain,
+      [](void* ctx, std::int64_t begin, std::int64_t end) { (*static_cast<F*>(ctx))(begin, end); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+template <class Fn>
+void parallel_for(std::int64_t n, Fn&& fn) {
+  parallel_for(n, 1, std::forward<Fn>(fn));
+}
+
+}  // namespace qhx::cpu

@@ -1,0 +1,120 @@
+// The CPU thread pool (src/backends/cpu/thread_pool): parallel_for covers
+// [0, n) exactly once in contiguous chunks, for any thread count, grain and n;
+// nested and concurrent calls run serially; exceptions reach the caller.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/thread_pool.hpp"
+
+namespace qhx::cpu {
+namespace {
+
+class ThreadPool : public ::testing::Test {
+ protected:
+  void TearDown() override { set_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))); }
+};
+
+void expect_covered_once(std::int64_t n, std::int64_t grain) {
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+  std::atomic<int> chunks{0};
+  parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+    ASSERT_LE(0, b);
+    ASSERT_LT(b, e);
+    ASSERT_LE(e, n);
+    if (n >= grain) {
+      ASSERT_GE(e - b, grain);
+    }
+    chunks.fetch_add(1);
+    for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+  });
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+  EXPECT_LE(chunks.load(), num_threads());
+  if (n == 0) {
+    EXPECT_EQ(chunks.load(), 0);
+  }
+}
+
+TEST_F(ThreadPool, CoversEveryIndexOnceForAnyThreadCount) {
+  for (const int t : {1, 2, 3, 4, 7}) {
+    set_threads(t);
+    EXPECT_EQ(num_threads(), t);
+    for (const std::int64_t n : {0, 1, 2, 3, 5, 16, 17, 100, 1000})
+      for (const std::int64_t grain : {1, 4, 64}) expect_covered_once(n, grain);
+  }
+}
+
+TEST_F(ThreadPool, UsesSeveralThreads) {
+  set_threads(3);
+  std::atomic<int> chunks{0};
+  std::vector<std::thread::id> ids(3);
+  parallel_for(3, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) ids[static_cast<std::size_t>(i)] = std::this_thread::get_id();
+    chunks.fetch_add(1);
+  });
+  EXPECT_EQ(chunks.load(), 3);
+  EXPECT_EQ(ids[0], std::this_thread::get_id());  // the caller runs the first chunk
+  EXPECT_NE(ids[1], ids[0]);
+  EXPECT_NE(ids[2], ids[1]);
+}
+
+TEST_F(ThreadPool, ManyCallsInARow) {
+  set_threads(4);
+  std::int64_t total = 0;
+  for (int call = 0; call < 2000; ++call) {
+    std::vector<std::int64_t> part(64, 0);
+    parallel_for(64, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) part[static_cast<std::size_t>(i)] = i;
+    });
+    for (const auto v : part) total += v;
+  }
+  EXPECT_EQ(total, 2000 * (63 * 64 / 2));
+}
+
+TEST_F(ThreadPool, NestedCallsRunSerially) {
+  set_threads(3);
+  std::vector<std::atomic<int>> hits(30 * 7);
+  parallel_for(30, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      parallel_for(7, [&](std::int64_t b2, std::int64_t e2) {
+        for (std::int64_t j = b2; j < e2; ++j) hits[static_cast<std::size_t>(i * 7 + j)].fetch_add(1);
+      });
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST_F(ThreadPool, ConcurrentCallersAreSafe) {
+  set_threads(2);
+  std::atomic<std::int64_t> sum{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c)
+    callers.emplace_back([&] {
+      for (int r = 0; r < 200; ++r)
+        parallel_for(50, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) sum.fetch_add(i);
+        });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(sum.load(), 3 * 200 * (49 * 50 / 2));
+}
+
+TEST_F(ThreadPool, ExceptionsReachTheCaller) {
+  set_threads(2);
+  EXPECT_THROW(parallel_for(2, [](std::int64_t b, std::int64_t) {
+                 if (b > 0) throw std::runtime_error("worker");
+               }),
+               std::runtime_error);
+  EXPECT_THROW(parallel_for(2, [](std::int64_t b, std::int64_t) {
+                 if (b == 0) throw std::runtime_error("caller");
+               }),
+               std::runtime_error);
+  // The pool still works afterwards.
+  expect_covered_once(100, 1);
+}
+
+}  // namespace
+}  // namespace qhx::cpu

@@ -1,0 +1,377 @@
+// qhx_bench — QHexRT's speed, measured through its own API (qhx::Pipeline), and
+// as fractions of this machine's limits (scripts/bench.sh measures them once
+// with the shared roofline tool and caches them as JSON).
+//
+//   qhx_bench [--bundle DIR] [--roofline FILE] [--runs N] [--quick] [--threads N] [--json]
+//
+// Figures, each the median of N runs:
+//   vision_ms        vision encode of assets/sample.png at 512x512 (the VLM manifest)
+//   ttft_ms          "Describe this image." with that image, request start to first token
+//   prefill_tok_s    a raw prompt of exactly 320 tokens through the text manifest
+//   decode ms/token  after a prompt of 512 and of 1,024 tokens, over forced decode steps,
+//                    through a copy of the text manifest with a larger context
+//   load_ms          Pipeline::open of the VLM manifest; peak_rss_mb (getrusage)
+// Fractions (n/a without the roofline file; a limit is the better of its 1-thread and
+// all-threads figures):
+//   decode_bw_fraction    = bytes of LLM + lm-head weights per token x tok/s / read bandwidth
+//   prefill_flop_fraction = 2 * params_llm * tokens / prefill time / fp32 peak
+//   vision_flop_fraction  = (2 * params_vision * patches + attention) / vision time / fp32 peak
+// Progress goes to stderr; stdout has the table, or with --json one JSON object.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qhexrt/error.hpp"
+#include "runtime/pipeline.hpp"
+
+// The CPU thread pool (src/backends/cpu/thread_pool.hpp), declared weak: when the
+// library links no pool, the addresses are null and --threads is only recorded.
+namespace qhx::cpu {
+__attribute__((weak)) void set_threads(int n);
+__attribute__((weak)) int num_threads();
+}  // namespace qhx::cpu
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) qhx::fail(p.string(), ": cannot open");
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    qhx::fail(p.string(), ": not JSON: ", e.what());
+  }
+}
+
+std::string default_bundle() {
+  const char* cache = std::getenv("QHX_CACHE");
+  const char* home = std::getenv("HOME");
+  const fs::path base = cache && *cache ? fs::path(cache) : fs::path(home ? home : ".") / ".cache" / "qhexrt";
+  return (base / "bundles" / "random_2b-w8").string();
+}
+
+// The one manifest of `kind` ("vlm" or "text") in a bundle directory.
+fs::path find_manifest(const fs::path& bundle, const std::string& kind) {
+  std::vector<fs::path> hits;
+  for (const auto& e : fs::directory_iterator(bundle)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".json" && name.find("-" + kind + "-") != std::string::npos) hits.push_back(e.path());
+  }
+  if (hits.size() != 1)
+    qhx::fail(bundle.string(), ": expected one *-", kind, "-*.json manifest, found ", hits.size());
+  return hits[0];
+}
+
+// A raw prompt of exactly n tokens ("word word ..."), checked with the pipeline's tokenizer.
+std::string prompt_of(const qhx::Tokenizer& tok, std::int64_t n) {
+  std::string text = "word";
+  for (std::int64_t i = 1; i < n; ++i) text += " word";
+  const auto got = static_cast<std::int64_t>(tok.encode(text).size());
+  if (got != n) qhx::fail("the benchmark prompt tokenizes to ", got, " tokens, not ", n);
+  return text;
+}
+
+// A copy of a manifest with a larger context and absolute file names, in `dir`.
+fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const fs::path& dir) {
+  json m = read_json(manifest);
+  const fs::path base = fs::absolute(manifest).parent_path();
+  auto abs = [&](json& v) {
+    if (v.is_string()) v = (base / v.get<std::string>()).string();
+  };
+  for (const char* key : {"config", "tokenizer"})
+    if (m.contains(key)) abs(m[key]);
+  for (auto& [name, g] : m["graphs"].items())
+    for (const char* key : {"config", "weights"})
+      if (g.contains(key)) abs(g[key]);
+  if (m.contains("tables"))
+    for (auto& [name, t] : m["tables"].items())
+      if (t.contains("file")) abs(t["file"]);
+  m["context_length"] = context;
+  m["name"] = m.value("name", std::string("manifest")) + "-ctx" + std::to_string(context);
+  fs::create_directories(dir);
+  const fs::path out = dir / ("ctx" + std::to_string(context) + "-" + manifest.filename().string());
+  std::ofstream(out) << m.dump(2) << "\n";
+  return out;
+}
+
+qhx::SamplingParams greedy() {
+  qhx::SamplingParams s;
+  s.greedy = true;
+  s.temperature = 0.0f;
+  return s;
+}
+
+struct Roofline {
+  double read_gbs = 0, fp32_gflops = 0;
+  int threads = 0;
+  json raw;
+};
+
+std::optional<Roofline> load_roofline(const std::string& path) {
+  if (path.empty() || !fs::exists(path)) return std::nullopt;
+  Roofline r;
+  r.raw = read_json(path);
+  // The machine's limit: the better of one thread and all threads (on a busy or
+  // bandwidth-bound machine all threads can measure below one).
+  r.read_gbs = std::max(r.raw.value("read_gbs_all", 0.0), r.raw.value("read_gbs_1t", 0.0));
+  r.fp32_gflops = std::max(r.raw.value("fp32_gflops_all", 0.0), r.raw.value("fp32_gflops_1t", 0.0));
+  r.threads = r.raw.value("threads", 0);
+  if (r.read_gbs <= 0 || r.fp32_gflops <= 0) return std::nullopt;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"qhx_bench: QHexRT speed through its own API, and as fractions of the machine's limits"};
+  std::string bundle = default_bundle(), roofline_path, image = "assets/sample.png";
+  int runs = 0, threads = 0;
+  std::int64_t decode_steps = 0;
+  bool quick = false, as_json = false;
+  app.add_option("--bundle", bundle, "bundle directory (qhx_export output)");
+  app.add_option("--roofline", roofline_path, "roofline JSON (scripts/bench.sh caches it); fractions are n/a without");
+  app.add_option("--image", image, "image for the vision and TTFT figures");
+  app.add_option("--runs", runs, "runs per figure (median); default 3, 1 with --quick")->check(CLI::PositiveNumber);
+  app.add_option("--decode-steps", decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads (0: the runtime's default)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
+  app.add_flag("--json", as_json, "print one JSON object");
+  CLI11_PARSE(app, argc, argv);
+  if (runs == 0) runs = quick ? 1 : 3;
+  if (decode_steps == 0) decode_steps = quick ? 4 : 16;
+
+  try {
+    const bool have_pool = &qhx::cpu::set_threads != nullptr && &qhx::cpu::num_threads != nullptr;
+    if (have_pool && threads > 0) qhx::cpu::set_threads(threads);
+    const int threads_used = have_pool ? qhx::cpu::num_threads() : 1;
+    const fs::path dir = bundle;
+    if (!fs::is_directory(dir)) qhx::fail(bundle, ": no such bundle directory (scripts/bench.sh builds one)");
+    if (!fs::exists(image)) qhx::fail(image, ": no such image (run from the repository root, or give --image)");
+    const fs::path vlm_manifest = find_manifest(dir, "vlm"), text_manifest = find_manifest(dir, "text");
+    const json text_m = read_json(text_manifest);
+    const json cfg = read_json(dir / text_m.value("config", std::string("config.json")));
+    const auto log = [&](const std::string& s) { std::cerr << "qhx_bench: " << s << std::endl; };
+    const auto t_start = std::chrono::steady_clock::now();
+
+    // Weight bytes read per decoded token: the LLM's and the lm-head's files.
+    const auto file_bytes = [&](const std::string& graph) {
+      return static_cast<double>(fs::file_size(dir / text_m.at("graphs").at(graph).at("weights").get<std::string>()));
+    };
+    const double bytes_per_token = file_bytes("llm") + file_bytes("lm_head");
+
+    // Parameter counts (matrix weights only) from the config.
+    const json& tc = cfg.at("text_config");
+    const json& vc = cfg.at("vision_config");
+    const double H = tc.at("hidden_size"), I = tc.at("intermediate_size"), L = tc.at("num_hidden_layers");
+    const double nh = tc.at("num_attention_heads"), nkv = tc.at("num_key_value_heads");
+    const double hd = tc.value("head_dim", H / nh);
+    const double params_llm = L * (H * nh * hd * 2 + H * nkv * hd * 2 + 3 * H * I);
+    const double D = vc.at("hidden_size"), VI = vc.at("intermediate_size"), depth = vc.at("depth");
+    const double out_h = vc.at("out_hidden_size"), merge = vc.at("spatial_merge_size");
+    const double patch_in = static_cast<double>(vc.at("in_channels")) * static_cast<double>(vc.at("temporal_patch_size")) *
+                            static_cast<double>(vc.at("patch_size")) * static_cast<double>(vc.at("patch_size"));
+    const double n_mergers = 1.0 + static_cast<double>(vc.value("deepstack_visual_indexes", json::array()).size());
+    const double params_vis_patch = patch_in * D + depth * (4 * D * D + 2 * D * VI);  // applied per patch
+    const double md = D * merge * merge;
+    const double params_vis_merge = n_mergers * (md * md + md * out_h);  // applied per merged token
+
+    std::vector<double> vision_ms, ttft_ms, prefill_ms, d512, d1024;
+    double load_ms = 0;
+    std::int64_t image_tokens = 0;
+    const qhx::SamplingParams g = greedy();
+    const auto warm_up = [&](qhx::Pipeline& p) {
+      qhx::GenerationRequest r;
+      r.prompt = "Hello.";
+      r.raw = true;
+      r.max_new_tokens = 1;
+      r.sampling = g;
+      p.generate(r);
+    };
+
+    {  // VLM manifest: load, vision encode and TTFT of "Describe this image." with the image.
+      log("open " + vlm_manifest.string());
+      qhx::Pipeline p = qhx::Pipeline::open(vlm_manifest);
+      load_ms = p.load_ms();
+      warm_up(p);
+      for (int r = 0; r < runs; ++r) {
+        qhx::GenerationRequest req;
+        req.prompt = "Describe this image.";
+        req.images = {image};
+        req.resize = "fixed";
+        req.max_new_tokens = 1;
+        req.sampling = g;
+        const auto res = p.generate(req);
+        vision_ms.push_back(res.timings.vision_ms);
+        ttft_ms.push_back(res.timings.ttft_ms);
+        image_tokens = res.timings.image_tokens;
+        log("run " + std::to_string(r + 1) + ": vision " + std::to_string(res.timings.vision_ms) + " ms, ttft " +
+            std::to_string(res.timings.ttft_ms) + " ms (" + std::to_string(res.prompt_tokens.size()) + " prompt tokens)");
+      }
+    }
+    const std::int64_t prefill_tokens = 320;
+    {  // Text manifest: prefill of exactly 320 tokens.
+      log("open " + text_manifest.string());
+      qhx::Pipeline p = qhx::Pipeline::open(text_manifest);
+      warm_up(p);
+      const std::string prompt = prompt_of(p.tokenizer(), prefill_tokens);
+      for (int r = 0; r < runs; ++r) {
+        qhx::GenerationRequest req;
+        req.prompt = prompt;
+        req.raw = true;
+        req.max_new_tokens = 1;
+        req.sampling = g;
+        const auto res = p.generate(req);
+        if (static_cast<std::int64_t>(res.prompt_tokens.size()) != prefill_tokens)
+          qhx::fail("prefill prompt has ", res.prompt_tokens.size(), " tokens, not ", prefill_tokens);
+        prefill_ms.push_back(res.timings.prefill_ms);
+        log("run " + std::to_string(r + 1) + ": prefill " + std::to_string(prefill_tokens) + " tokens " +
+            std::to_string(res.timings.prefill_ms) + " ms");
+      }
+    }
+    {  // Decode at 512 and 1,024 tokens of context, through a copy of the text manifest with a larger context.
+      const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()));
+      const fs::path long_manifest = long_context_copy(text_manifest, 2048, tmp);
+      log("open " + long_manifest.string());
+      std::optional<qhx::Pipeline> p;
+      try {
+        p.emplace(qhx::Pipeline::open(long_manifest));
+      } catch (...) {
+        fs::remove_all(tmp);
+        throw;
+      }
+      fs::remove_all(tmp);  // everything is loaded (the files are mmapped by absolute name)
+      warm_up(*p);
+      const std::int32_t forced = p->tokenizer().encode(" word").at(0);
+      for (const std::int64_t ctx_len : {std::int64_t{512}, std::int64_t{1024}}) {
+        const std::string prompt = prompt_of(p->tokenizer(), ctx_len);
+        for (int r = 0; r < runs; ++r) {
+          qhx::GenerationRequest req;
+          req.prompt = prompt;
+          req.raw = true;
+          req.max_new_tokens = decode_steps + 1;  // the first token comes from the prefill's logits
+          req.forced_tokens.assign(static_cast<std::size_t>(decode_steps + 1), forced);
+          req.sampling = g;
+          const auto res = p->generate(req);
+          if (res.timings.decode_steps != decode_steps)
+            qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
+          (ctx_len == 512 ? d512 : d1024).push_back(res.timings.decode_ms_per_token);
+          log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
+              std::to_string(res.timings.prefill_ms) + " ms, decode " + std::to_string(res.timings.decode_ms_per_token) +
+              " ms/token");
+        }
+      }
+    }
+
+    const double vis = median(vision_ms), ttft = median(ttft_ms), pre = median(prefill_ms);
+    const double dec512 = median(d512), dec1024 = median(d1024);
+    const double prefill_tok_s = prefill_tokens / (pre / 1000.0);
+    const double decode_tok_s = 1000.0 / dec512;
+    const double merged = static_cast<double>(image_tokens), patches = merged * merge * merge;
+    const double vision_flops = 2 * params_vis_patch * patches + 2 * params_vis_merge * merged +
+                                depth * 4 * patches * patches * D;  // QK^T and AV over all patches
+    const double prefill_flops = 2 * params_llm * static_cast<double>(prefill_tokens);
+    const auto roof = load_roofline(roofline_path);
+    json frac_decode = nullptr, frac_prefill = nullptr, frac_vision = nullptr;
+    if (roof) {
+      frac_decode = bytes_per_token * decode_tok_s / (roof->read_gbs * 1e9);
+      frac_prefill = prefill_flops / (pre / 1000.0) / (roof->fp32_gflops * 1e9);
+      frac_vision = vision_flops / (vis / 1000.0) / (roof->fp32_gflops * 1e9);
+    }
+    const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    json j = {
+        {"bundle", fs::absolute(dir).string()},
+        {"runs", runs},
+        {"threads", threads},
+        {"threads_used", threads_used},
+        {"decode_steps", decode_steps},
+        {"vision_ms", vis},
+        {"image_tokens", image_tokens},
+        {"vision_gflop", vision_flops / 1e9},
+        {"vision_flop_fraction", frac_vision},
+        {"ttft_ms", ttft},
+        {"prefill_tokens", prefill_tokens},
+        {"prefill_ms", pre},
+        {"prefill_tok_s", prefill_tok_s},
+        {"prefill_gflop", prefill_flops / 1e9},
+        {"prefill_flop_fraction", frac_prefill},
+        {"decode_ms_per_token_512", dec512},
+        {"decode_ms_per_token_1024", dec1024},
+        {"decode_tok_s", decode_tok_s},
+        {"decode_tok_s_1024", 1000.0 / dec1024},
+        {"weight_bytes_per_token", bytes_per_token},
+        {"decode_bw_fraction", frac_decode},
+        {"load_ms", load_ms},
+        {"peak_rss_mb", peak_rss_mb()},
+        {"wall_s", wall_s},
+    };
+    if (roof) {
+      j["roofline"] = {{"threads", roof->threads},
+                       {"read_gbs", roof->read_gbs},
+                       {"fp32_gflops", roof->fp32_gflops}};
+    }
+    if (as_json) {
+      std::cout << j.dump() << std::endl;
+      return 0;
+    }
+    const auto frac = [](const json& v) {
+      if (v.is_null()) return std::string("n/a");
+      char b[32];
+      std::snprintf(b, sizeof b, "%.3f", v.get<double>());
+      return std::string(b);
+    };
+    std::printf("qhx_bench: %s (median of %d run%s, %lld decode steps, threads %d)\n", j["bundle"].get<std::string>().c_str(),
+                runs, runs == 1 ? "" : "s", static_cast<long long>(decode_steps), threads_used);
+    std::printf("  %-34s %10.1f ms   (%lld image tokens, %.1f GFLOP)   fraction of fp32 peak %s\n", "vision encode 512x512",
+                vis, static_cast<long long>(image_tokens), vision_flops / 1e9, frac(frac_vision).c_str());
+    std::printf("  %-34s %10.2f tok/s (%.1f ms)   fraction of fp32 peak %s\n", "prefill 320 tokens", prefill_tok_s, pre,
+                frac(frac_prefill).c_str());
+    std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s\n", "decode at 512 context", dec512,
+                decode_tok_s, frac(frac_decode).c_str());
+    std::printf("  %-34s %10.2f ms/token (%.2f tok/s)\n", "decode at 1024 context", dec1024, 1000.0 / dec1024);
+    std::printf("  %-34s %10.1f ms\n", "TTFT \"Describe this image.\" 512x512", ttft);
+    std::printf("  %-34s %10.1f ms\n", "load (VLM manifest)", load_ms);
+    std::printf("  %-34s %10.1f MB\n", "peak RSS", j["peak_rss_mb"].get<double>());
+    std::printf("  %-34s %10.1f MB\n", "weight bytes per decoded token", bytes_per_token / 1e6);
+    if (roof)
+      std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s\n", roof->threads, roof->read_gbs,
+                  roof->fp32_gflops);
+    else
+      std::printf("  machine limits: n/a (no roofline JSON; scripts/bench.sh measures them)\n");
+    std::printf("  wall time %.1f s\n", wall_s);
+  } catch (const std::exception& e) {
+    std::cerr << "qhx_bench: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
