@@ -135,6 +135,7 @@ int run(const Args& args_in) {
 
   const qhx::GenerationResult r = pipe.generate(req);
   std::fputc('\n', stdout);
+  std::fflush(stdout);  // the text ends before the timings on stderr
   const auto& t = r.timings;
   if (t.image_tokens > 0)
     std::fprintf(stderr, "vision %.1f ms for %lld image tokens\n", t.vision_ms, static_cast<long long>(t.image_tokens));
