@@ -22,5 +22,8 @@ echo "== C++ tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2
 
-echo "== Python tests (reference side)"
+echo "== Python tests: text parity on the plain reference kernels (the oracle path)"
+QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q
+
+echo "== Python tests (parity with Hugging Face; fast kernels)"
 QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q

@@ -35,15 +35,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/thread_pool.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/pipeline.hpp"
-
-// The CPU thread pool (src/backends/cpu/thread_pool.hpp), declared weak: when the
-// library links no pool, the addresses are null and --threads is only recorded.
-namespace qhx::cpu {
-__attribute__((weak)) void set_threads(int n);
-__attribute__((weak)) int num_threads();
-}  // namespace qhx::cpu
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -164,7 +158,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per figure (median); default 3, 1 with --quick")->check(CLI::PositiveNumber);
   app.add_option("--decode-steps", decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
       ->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (0: the runtime's default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "CPU threads (qhx::cpu::set_threads; 0: the runtime's default)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
   CLI11_PARSE(app, argc, argv);
@@ -172,9 +167,8 @@ int main(int argc, char** argv) {
   if (decode_steps == 0) decode_steps = quick ? 4 : 16;
 
   try {
-    const bool have_pool = &qhx::cpu::set_threads != nullptr && &qhx::cpu::num_threads != nullptr;
-    if (have_pool && threads > 0) qhx::cpu::set_threads(threads);
-    const int threads_used = have_pool ? qhx::cpu::num_threads() : 1;
+    if (threads > 0) qhx::cpu::set_threads(threads);
+    const int threads_used = qhx::cpu::num_threads();
     const fs::path dir = bundle;
     if (!fs::is_directory(dir)) qhx::fail(bundle, ": no such bundle directory (scripts/bench.sh builds one)");
     if (!fs::exists(image)) qhx::fail(image, ": no such image (run from the repository root, or give --image)");

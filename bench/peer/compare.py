@@ -61,7 +61,7 @@ def parse_mtmd(path: str | None) -> dict:
         return {}
     log = Path(path).read_text(errors="replace")
     out: dict = {}
-    m = re.search(r"slice encoded in (\d+) ms", log)
+    m = re.search(r"slice encoded in (\d+) ms", log) or re.search(r"mtmd batch encoding done in (\d+) ms", log)
     if m:
         out["image_encode_ms"] = float(m.group(1))
     m = re.search(r"image decoded \(batch \d+/\d+\) in (\d+) ms", log)
@@ -126,7 +126,7 @@ def main() -> int:
     m = parse_mtmd(a.mtmd)
     q8 = pairs[0][1]
     if m or q8:
-        print("  vision (512x512 sample image), for reference: resizing rules differ, so not a strict pair")
+        print("  vision, assets/sample.png (512x512; llama.cpp: Q8_0 mmproj, native resize, --threads; QHexRT: fixed 512)")
         print(f"  {'image encode ms':<52} {fmt(q8.get('vision_ms'), nd=1):>10} {fmt(m.get('image_encode_ms'), nd=1):>10} "
               f"{ratio(m.get('image_encode_ms'), q8.get('vision_ms')):>9}  (speed ratio)")
         if m.get("prompt_eval_ms") is not None:

@@ -3,14 +3,19 @@
 #
 #   bash bench/peer/run_llama_cpp.sh [--threads N] [--skip-qhx] [--quick]
 #
+# --skip-qhx compares with the qhx_bench figures of an earlier run ($QHX_CACHE/peer/results/qhx_w8.json,
+# qhx_w4.json) instead of measuring QHexRT again.
+#
 # A benchmark, not a test (scripts/test.sh never calls it). Steps, each skipped when done:
 #   1. llama.cpp's source from PyPI: the llama-cpp-python sdist (pinned below) vendors it;
 #      `pip download --no-binary :all:` into $QHX_CACHE/peer/dl, unpacked under $QHX_CACHE/peer/src.
 #   2. CMake build of only llama-bench, llama-quantize and llama-mtmd-cli (GGML_NATIVE=ON, CPU
-#      only, -j2, niced) into $QHX_CACHE/peer/build.
+#      only, -j2, niced) into $QHX_CACHE/peer/build-<version>.
 #   3. $QHX_CACHE/random_2b (tests/reference/make_random_2b.py) -> GGUF Q8_0 with the vendored
 #      convert_hf_to_gguf.py and gguf-py (project venv), the vision projector (mmproj) at Q8_0,
-#      and Q4_0 with llama-quantize (requantized from the Q8_0 file: speed is what is compared).
+#      and Q4_0 with llama-quantize (requantized from the Q8_0 file: speed is what is compared;
+#      llama-quantize keeps the tied token_embd/output at q6_K, as it does by default).
+#      The converter's Qwen vocab path imports sentencepiece: it goes to $QHX_CACHE/peer/pydeps.
 #   4. llama-bench -t N -p 320 -n 32 on both (JSON; also -t 1), qhx_bench --json on the w8 bundle (and w4
 #      when its bundle exists) with the same thread count, and the table of bench/peer/compare.py.
 # Nothing here is written into the repository: sources, builds, models and results stay in
@@ -19,7 +24,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/env.sh"
 cd "$QHX_ROOT"
 
-LLAMA_CPP_PYTHON_VERSION=0.3.36   # vendors a llama.cpp with Qwen3-VL (text: qwen3vl, mmproj: qwen3vl_merger)
+# 0.3.36 vendors llama.cpp commit 0c1e570 (llama-bench: "build 1"), with Qwen3-VL: converter
+# conversion/qwen3vl.py (text arch qwen3vl, mmproj projector qwen3vl_merger with DeepStack).
+LLAMA_CPP_PYTHON_VERSION=0.3.36
 threads=2
 skip_qhx=0
 quick=""
@@ -120,8 +127,9 @@ if [ "$skip_qhx" = 0 ]; then
     qhx_args+=(--qhx-w4 "$results/qhx_w4.json")
   fi
 else
-  [ -f "$results/qhx_w8.json" ] && qhx_args+=(--qhx-w8 "$results/qhx_w8.json")
-  [ -f "$results/qhx_w4.json" ] && qhx_args+=(--qhx-w4 "$results/qhx_w4.json")
+  for w in w8 w4; do  # figures of an earlier run, if any
+    if [ -f "$results/qhx_$w.json" ]; then qhx_args+=(--qhx-$w "$results/qhx_$w.json"); fi
+  done
 fi
 "$QHX_PY" bench/peer/compare.py --llama-q8 "$results/llama_bench_Q8_0.json" --llama-q4 "$results/llama_bench_Q4_0.json" \
   --mtmd "$results/mtmd_Q8_0.txt" --threads "$threads" "${qhx_args[@]}"
