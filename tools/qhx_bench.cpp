@@ -204,11 +204,13 @@ int main(int argc, char** argv) {
     double load_ms = 0;
     std::int64_t image_tokens = 0;
     const qhx::SamplingParams g = greedy();
+    // Touches the weights and runs both the prefill and the decode paths once (kernels may
+    // pack or fault in their weights on first use).
     const auto warm_up = [&](qhx::Pipeline& p) {
       qhx::GenerationRequest r;
       r.prompt = "Hello.";
       r.raw = true;
-      r.max_new_tokens = 1;
+      r.max_new_tokens = 3;
       r.sampling = g;
       p.generate(r);
     };
