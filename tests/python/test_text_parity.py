@@ -6,7 +6,8 @@ checkpoint directory that transformers wrote, and must match the fp32 reference:
   - the logits at every prompt position: cosine >= 0.99999 per row, max abs error <= 1e-4;
   - the 32-token greedy continuation, token for token;
   - the logits of every decode step within the same bounds (this proves the KV cache and positions).
-Chunked prefill (chunk 5 over the 13-token prompt) must give the same logits as a single pass.
+Chunked prefill (chunk 5 over the 13-token prompt) and the seed's decode-over-prompt mode must give
+the same logits as a single pass, bit for bit.
 """
 
 from __future__ import annotations
@@ -82,16 +83,22 @@ def test_chunked_prefill_equals_single_pass(references, config, tmp_path):
     assert meta["num_prompt_tokens"] == 13
     ckpt = root / "checkpoint"
     outputs = []
-    for chunk in (320, 5):
+    # One pass, chunks of 5, and the seed's decode-over-prompt mode (one token per call).
+    for chunk, mode in ((320, "chunked"), (5, "chunked"), (320, "decode_over_prompt")):
         plan = json.loads(subprocess.run([str(tool_path("qhx_generate")), "--print-plan", "-m", str(ckpt)],
                                          capture_output=True, check=True).stdout)
         plan["prefill_chunk"] = chunk
-        manifest = tmp_path / f"plan_{chunk}.json"
+        for stage in plan["stages"]:
+            if stage["op"] == "prefill":
+                stage["mode"] = mode
+        name = f"{chunk}_{mode}"
+        manifest = tmp_path / f"plan_{name}.json"
         manifest.write_text(json.dumps(plan))
-        (tmp_path / str(chunk)).mkdir()
+        (tmp_path / name).mkdir()
         outputs.append(run_generate(["-m", str(manifest), *case_args(meta), "-n", "8", "--temp", "0"],
-                                    tmp_path / str(chunk)))
-    (r1, p1, s1), (r5, p5, s5) = outputs
-    assert r1["tokens"] == r5["tokens"]
-    assert np.array_equal(p1, p5), f"prompt logits differ by {np.abs(p1 - p5).max()}"
-    assert np.array_equal(s1, s5), f"step logits differ by {np.abs(s1 - s5).max()}"
+                                    tmp_path / name))
+    r1, p1, s1 = outputs[0]
+    for r, p, s in outputs[1:]:
+        assert r1["tokens"] == r["tokens"]
+        assert np.array_equal(p1, p), f"prompt logits differ by {np.abs(p1 - p).max()}"
+        assert np.array_equal(s1, s), f"step logits differ by {np.abs(s1 - s).max()}"
