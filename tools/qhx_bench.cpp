@@ -37,7 +37,8 @@
 
 #include "backends/cpu/thread_pool.hpp"
 #include "qhexrt/error.hpp"
-#include "runtime/pipeline.hpp"
+#include "qhexrt/pipeline.hpp"
+#include "runtime/manifest.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -18,7 +18,8 @@
 #include "common/debug_dump.hpp"
 #include "io/npy.hpp"
 #include "qhexrt/error.hpp"
-#include "runtime/pipeline.hpp"
+#include "qhexrt/pipeline.hpp"
+#include "runtime/manifest.hpp"
 
 namespace {
 

@@ -4,7 +4,8 @@
 #include <fstream>
 
 #include "qhexrt/error.hpp"
-#include "runtime/pipeline.hpp"
+#include "qhexrt/pipeline.hpp"
+#include "runtime/manifest.hpp"
 
 namespace qhx {
 namespace {

@@ -1,4 +1,5 @@
-#include "runtime/pipeline.hpp"
+#include "qhexrt/pipeline.hpp"
+#include "runtime/manifest.hpp"
 
 #include <algorithm>
 

@@ -15,7 +15,8 @@
 #include "qhexrt/safetensors.hpp"
 #include "qhexrt/tokenizer.hpp"
 #include "runtime/manifest.hpp"
-#include "runtime/pipeline.hpp"
+#include "qhexrt/pipeline.hpp"
+#include "runtime/manifest.hpp"
 #include "sampling/sampler.hpp"
 
 namespace qhx {
@@ -33,6 +34,8 @@ struct Graph {
   std::unique_ptr<Delegate> delegate;
   std::vector<IoSpec> inputs, outputs;
   std::map<std::string, std::unique_ptr<float[]>> state;
+  std::vector<float> hidden;         // [T, hidden] output buffer, reused across calls
+  std::vector<std::uint8_t> no_mask; // [T] zeros, for calls without images
 };
 
 struct Resources {

@@ -18,13 +18,13 @@ void run_llm_step(Graph& llm, Graph& lm_head, const float* embeds, const std::in
                   std::int64_t T, std::int64_t start, const float* deepstack, std::int64_t n_deepstack,
                   const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out) {
   const std::int64_t H = llm.outputs[0].shape[1];
-  static const std::uint8_t kNoImage[1] = {0};
-  std::vector<std::uint8_t> no_mask;
+  // Buffers kept on the graph: the decode loop allocates nothing here once warm.
   if (image_mask == nullptr) {
-    no_mask.assign(static_cast<std::size_t>(T), 0);
-    image_mask = T == 1 ? kNoImage : no_mask.data();
+    if (llm.no_mask.size() < static_cast<std::size_t>(T)) llm.no_mask.assign(static_cast<std::size_t>(T), 0);
+    image_mask = llm.no_mask.data();
   }
-  std::vector<float> hidden(static_cast<std::size_t>(T * H));
+  if (llm.hidden.size() < static_cast<std::size_t>(T * H)) llm.hidden.resize(static_cast<std::size_t>(T * H));
+  float* hidden = llm.hidden.data();
   std::int64_t start_v = start;
   const IoSpec& kv = llm.inputs[3];
   const TensorRef ins[] = {
@@ -35,13 +35,13 @@ void run_llm_step(Graph& llm, Graph& lm_head, const float* embeds, const std::in
       {DType::F32, {n_deepstack, T, H}, const_cast<float*>(deepstack)},
       {DType::U8, {T}, const_cast<std::uint8_t*>(image_mask)},
   };
-  const TensorRef outs[] = {{DType::F32, {T, H}, hidden.data()}};
+  const TensorRef outs[] = {{DType::F32, {T, H}, hidden}};
   llm.delegate->execute(ins, outs);
 
   const std::int64_t rows = all_rows ? T : 1;
   const std::int64_t V = lm_head.outputs[0].shape[1];
   out.resize(static_cast<std::size_t>(rows * V));
-  const TensorRef head_in[] = {{DType::F32, {rows, H}, hidden.data() + (T - rows) * H}};
+  const TensorRef head_in[] = {{DType::F32, {rows, H}, hidden + (T - rows) * H}};
   const TensorRef head_out[] = {{DType::F32, {rows, V}, out.data()}};
   lm_head.delegate->execute(head_in, head_out);
 }
