@@ -46,7 +46,7 @@ cpu::WeightMatrix source_matrix(const TensorView& t, std::int64_t rows, std::int
   if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
     fail("tensor ", t.name, ": dtype ", dtype_name(t.dtype), " cannot be exported (F32, BF16 or F16)");
   if (t.numel() != rows * cols) fail("tensor ", t.name, " does not have ", rows, " x ", cols, " elements");
-  return cpu::WeightMatrix{t.data, t.dtype, rows, cols};
+  return cpu::WeightMatrix{.data = t.data, .dtype = t.dtype, .rows = rows, .cols = cols};
 }
 
 // Declares `name` [rows, cols] in `format` (and its ".scale"), converting

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
 #include "nn/attention.hpp"
@@ -59,6 +60,8 @@ void TextDecoder::init(const GraphBlob& blob) {
   const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, hq = cfg_.num_attention_heads,
                      hkv = cfg_.num_key_value_heads, inter = cfg_.intermediate_size;
   const std::string p = "model.language_model.";
+  const cpu::KernelPlan plan = cpu::kernel_plan(blob);
+  k_ = plan.kernels;
   for (std::int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const std::string lp = p + "layers." + std::to_string(l) + ".";
     Layer L;
@@ -73,6 +76,8 @@ void TextDecoder::init(const GraphBlob& blob) {
     L.mlp.gate = cpu::linear_weight(ck, lp + "mlp.gate_proj", inter, hidden, false);
     L.mlp.up = cpu::linear_weight(ck, lp + "mlp.up_proj", inter, hidden, false);
     L.mlp.down = cpu::linear_weight(ck, lp + "mlp.down_proj", hidden, inter, false);
+    for (cpu::Linear* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.mlp.gate, &L.mlp.up, &L.mlp.down})
+      cpu::prepare(plan, m->w);
     layers_.push_back(std::move(L));
   }
   final_norm_ = cpu::vector_weight(ck, p + "norm.weight", hidden);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
@@ -82,6 +83,16 @@ void VisionEncoder::init(const GraphBlob& blob) {
   for (std::size_t k = 0; k < cfg_.deepstack_visual_indexes.size(); ++k)
     deepstack_.push_back(load_merger(ck, p + "deepstack_merger_list." + std::to_string(k) + ".", cfg_, true));
   merger_ = load_merger(ck, p + "merger.", cfg_, false);
+  const cpu::KernelPlan plan = cpu::kernel_plan(blob);
+  k_ = plan.kernels;
+  for (Block& b : blocks_)
+    for (cpu::Linear* l : {&b.qkv, &b.proj, &b.fc1, &b.fc2}) cpu::prepare(plan, l->w);
+  std::vector<Merger*> mergers{&merger_};
+  for (Merger& m : deepstack_) mergers.push_back(&m);
+  for (Merger* m : mergers) {
+    cpu::prepare(plan, m->fc1.w);
+    cpu::prepare(plan, m->fc2.w);
+  }
   // Rotary over head_dim/2 dimensions, half for the row and half for the column: theta 10000.
   const std::int64_t dim = head_dim_ / 2;
   for (std::int64_t i = 0; i < dim / 2; ++i)

@@ -92,9 +92,9 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
     }
     auto want = linear_want(x, w, b, m, n, kk);
     std::vector<float> y(want.size());
-    k().linear(x.data(), m, WeightMatrix{w.data(), DType::F32, n, kk}, b.data(), y.data());
+    k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, b.data(), y.data());
     expect_close(y, want, 1e-5, 1e-5);
-    k().linear(x.data(), m, WeightMatrix{wb.data(), DType::BF16, n, kk}, b.data(), y.data());
+    k().linear(x.data(), m, WeightMatrix{.data = wb.data(), .dtype = DType::BF16, .rows = n, .cols = kk}, b.data(), y.data());
     expect_close(y, want, 1e-5, 1e-5);
 
     // f16, w8 and (when kk allows) w4 of the same values, against their dequantized values.
@@ -102,7 +102,7 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
       if (f == WeightFormat::W4 && kk % 32 != 0) continue;
       SCOPED_TRACE(std::string(format_name(f)) + " " + std::to_string(n) + "x" + std::to_string(kk));
       const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f);
-      const WeightMatrix wq = f == WeightFormat::F16 ? WeightMatrix{q.data.data(), DType::F16, n, kk}
+      const WeightMatrix wq = f == WeightFormat::F16 ? WeightMatrix{.data = q.data.data(), .dtype = DType::F16, .rows = n, .cols = kk}
                               : f == WeightFormat::W8
                                   ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data.data()),
                                                      q.scales.data(), n, kk)
@@ -111,7 +111,7 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
       expect_close(y, linear_want(x, dequantized(q), b, m, n, kk), 1e-5, 1e-5);
     }
 
-    k().linear(x.data(), m, WeightMatrix{w.data(), DType::F32, n, kk}, nullptr, y.data());
+    k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, nullptr, y.data());
     for (std::size_t j = 0; j < want.size(); ++j) want[j] -= b[j % static_cast<std::size_t>(n)];
     expect_close(y, want, 1e-5, 1e-5);
   }
@@ -219,7 +219,7 @@ TEST_P(Kernels, GatherRows) {
   std::vector<float> table = random(6 * 4);
   const std::int32_t ids[] = {5, 0, 5, 2};
   std::vector<float> out(4 * 4);
-  k().gather_rows(WeightMatrix{table.data(), DType::F32, 6, 4}, ids, 4, out.data());
+  k().gather_rows(WeightMatrix{.data = table.data(), .dtype = DType::F32, .rows = 6, .cols = 4}, ids, 4, out.data());
   for (int i = 0; i < 4; ++i)
     for (int c = 0; c < 4; ++c) EXPECT_EQ(out[i * 4 + c], table[ids[i] * 4 + c]);
 }

@@ -77,7 +77,7 @@ WeightMatrix load_matrix(const Checkpoint& ckpt, const std::string& name, std::i
       if (ckpt.find(name + ".scale") != nullptr)
         fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not quantized, yet the checkpoint has a tensor ",
              name, ".scale (only I8 (w8) and U8 (w4) matrices have scales)");
-      return WeightMatrix{t.data, t.dtype, rows, cols, nullptr};
+      return WeightMatrix{.data = t.data, .dtype = t.dtype, .rows = rows, .cols = cols};
     case DType::I8: {
       check_stored_shape(t, name, rows, cols, cols, layout, "I8 (w8)");
       const float* s = scales_of(ckpt, name, "I8 (w8)", {rows}, "per-row");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "backends/cpu/weights.hpp"
@@ -25,6 +26,9 @@ struct KernelSet {
   void (*attention)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
   void (*gather_rows)(const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out);
+  // The repacked copy `linear` wants for a w8 matrix on the int8 path, or null
+  // (it then reads the matrix as stored). Called once per matrix, at load.
+  std::shared_ptr<const PackedI8> (*pack)(const WeightMatrix& w);
 };
 
 // The plain f32 kernels of kernels_ref.hpp.

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/kernels_fast.hpp"
 #include "backends/cpu/kernels_ref.hpp"
@@ -430,6 +431,13 @@ const float* permute_for_w4(const float* x, std::int64_t m, std::int64_t cols) {
 }  // namespace
 
 void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  if (w.int8_activations) {
+    if (w.packed != nullptr && w.packed->rows == w.rows && w.packed->cols == w.cols)
+      linear_i8_packed(x, m, *w.packed, bias, y);
+    else
+      ref::linear(x, m, w, bias, y);  // not packed (or not w8): the contract, and its errors
+    return;
+  }
   const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 ||
                      w.dtype == DType::I8 || w.dtype == DType::U8;
   if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0)) {
@@ -440,6 +448,11 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   parallel_for(w.rows, grain_for(m * w.cols), [&](std::int64_t b, std::int64_t e) {
     HWY_DYNAMIC_DISPATCH(LinearRows)(xs, m, w, bias, y, b, e);
   });
+}
+
+std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
+  if (!w.int8_activations || w.dtype != DType::I8 || w.cols > kInt8MaxCols) return nullptr;
+  return pack_i8(w, int8_kernel_best());
 }
 
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
@@ -488,7 +501,8 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
 const KernelSet& fast_kernels() {
   static const KernelSet k{"fast",          fast::linear,      fast::rms_norm,  fast::layer_norm,
                            fast::silu_mul,  fast::gelu_tanh,   ref::gelu_erf,   fast::add_inplace,
-                           fast::rope_rotate_half, fast::attention, ref::gather_rows};
+                           fast::rope_rotate_half, fast::attention, ref::gather_rows,
+                           fast::pack};
   return k;
 }
 

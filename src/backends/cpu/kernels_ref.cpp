@@ -8,6 +8,7 @@
 #include <numbers>
 #include <vector>
 
+#include "backends/cpu/int8_matmul.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
@@ -75,7 +76,34 @@ float dot(const float* a, const float* b, std::int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// The int8 path's contract (int8_matmul.hpp), straight from its definition.
+void linear_int8(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  if (w.dtype != DType::I8) fail("linear: int8 activations need a w8 matrix, not ", weight_format_name(w));
+  if (w.cols > kInt8MaxCols) fail("linear: ", w.cols, " input features exceed the int8 limit of ", kInt8MaxCols);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(m * w.cols));
+  std::vector<float> sx(static_cast<std::size_t>(m));
+  quantize_rows_q8(x, m, w.cols, w.cols, 0, q.data(), sx.data());
+  const auto* qw = static_cast<const std::int8_t*>(w.data);
+  for (std::int64_t n = 0; n < w.rows; ++n) {
+    for (std::int64_t i = 0; i < m; ++i) {
+      const auto* qx = reinterpret_cast<const std::int8_t*>(q.data() + i * w.cols);
+      std::int32_t acc = 0;
+      for (std::int64_t c = 0; c < w.cols; ++c) acc += static_cast<std::int32_t>(qx[c]) * qw[n * w.cols + c];
+      y[i * w.rows + n] = std::fma(static_cast<float>(acc), sx[static_cast<std::size_t>(i)] * w.scales[n],
+                                   bias != nullptr ? bias[n] : 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
 void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  if (w.int8_activations) {
+    linear_int8(x, m, w, bias, y);
+    return;
+  }
   std::vector<float> row(static_cast<std::size_t>(w.cols));
   for (std::int64_t n = 0; n < w.rows; ++n) {
     weight_row_to_f32(w, n, row.data());  // once per weight row, reused for all m inputs
@@ -196,7 +224,8 @@ namespace qhx::cpu {
 const KernelSet& reference_kernels() {
   static const KernelSet k{"reference",      ref::linear,      ref::rms_norm,  ref::layer_norm,
                            ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
-                           ref::rope_rotate_half, ref::attention, ref::gather_rows};
+                           ref::rope_rotate_half, ref::attention, ref::gather_rows,
+                           [](const WeightMatrix&) -> std::shared_ptr<const PackedI8> { return nullptr; }};
   return k;
 }
 

@@ -11,7 +11,8 @@
 
 namespace qhx::cpu::ref {
 
-// y[m, w.rows] = x[m, w.cols] · wᵀ (+ bias[w.rows] if not null).
+// y[m, w.rows] = x[m, w.cols] · wᵀ (+ bias[w.rows] if not null); for a w8
+// matrix with int8_activations, the int8 contract of int8_matmul.hpp.
 void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y);
 
 // y[r, :] = w ⊙ x[r, :] / sqrt(mean(x[r, :]²) + eps), for each of `rows` rows of n.

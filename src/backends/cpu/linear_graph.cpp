@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/delegate.hpp"
 #include "qhexrt/error.hpp"
@@ -32,6 +33,9 @@ class LinearGraph final : public Delegate {
       if (const TensorView* t = ckpt_->find(n); t != nullptr) {
         if (t->shape.size() != 2) fail("graph \"", name_, "\": tensor ", n, " is not a matrix");
         w_ = matrix_weight(*ckpt_, n);  // any stored format (f32, bf16, f16, w8, w4)
+        const KernelPlan plan = kernel_plan(blob);
+        k_ = plan.kernels;
+        prepare(plan, w_);
         return;
       }
     }

@@ -17,15 +17,23 @@
 //
 // `cols` is always the logical number of input features (a w4 row holds
 // cols / 2 bytes, and w4 needs cols % 32 == 0).
+//
+// A w8 matrix may also ask for the int8 path (`int8_activations`): linear then
+// quantizes each activation row to int8 and multiplies integers, by the
+// contract in int8_matmul.hpp, instead of widening the weights to f32. A
+// kernel set may keep a repacked copy of such a matrix in `packed`.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "common/half.hpp"
 #include "qhexrt/dtype.hpp"
 
 namespace qhx::cpu {
+
+struct PackedI8;  // int8_matmul.hpp
 
 // Columns sharing one w4 scale.
 inline constexpr std::int64_t kW4GroupSize = 32;
@@ -36,13 +44,15 @@ struct WeightMatrix {
   std::int64_t rows = 0;          // output features
   std::int64_t cols = 0;          // input features
   const float* scales = nullptr;  // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
+  bool int8_activations = false;  // w8 only: the int8 path (see above)
+  std::shared_ptr<const PackedI8> packed = nullptr;  // the kernel set's repacked copy, or null
 
   static WeightMatrix w8(const std::int8_t* q, const float* row_scales, std::int64_t rows, std::int64_t cols) {
-    return {q, DType::I8, rows, cols, row_scales};
+    return {.data = q, .dtype = DType::I8, .rows = rows, .cols = cols, .scales = row_scales};
   }
   static WeightMatrix w4(const std::uint8_t* packed, const float* group_scales, std::int64_t rows,
                          std::int64_t cols) {
-    return {packed, DType::U8, rows, cols, group_scales};
+    return {.data = packed, .dtype = DType::U8, .rows = rows, .cols = cols, .scales = group_scales};
   }
 };
 

@@ -1,0 +1,86 @@
+// bench_kernels — the CPU backend's linear kernels on Qwen3-VL-2B's shapes,
+// one matrix at a time, so a kernel's speed can be read without a model:
+//
+//   bench_kernels [--threads N] [--reps R] [--json]
+//
+// For each shape it prints ms per call, weight GB/s (decode, m = 1: the bound
+// is memory bandwidth) and GOP/s (m > 1: the bound is compute), for the int8
+// path (packed, the default for w8 bundles) and the f32-activation path.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/int8_matmul.hpp"
+#include "backends/cpu/kernel_set.hpp"
+#include "backends/cpu/thread_pool.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  const char* name;
+  std::int64_t m, n, k;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_kernels: linear kernels on Qwen3-VL-2B shapes"};
+  int threads = 0, reps = 20;
+  bool json = false;
+  app.add_option("--threads", threads, "threads (0: default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--reps", reps, "calls per figure (best of)")->check(CLI::PositiveNumber);
+  app.add_flag("--json", json, "one JSON object");
+  CLI11_PARSE(app, argc, argv);
+  qhx::cpu::set_threads(threads);
+  using namespace qhx::cpu;
+
+  const Shape shapes[] = {{"decode mlp.up [6144x2048]", 1, 6144, 2048},
+                          {"decode mlp.down [2048x6144]", 1, 2048, 6144},
+                          {"decode q_proj [2048x2048]", 1, 2048, 2048},
+                          {"decode lm_head [151936x2048]", 1, 151936, 2048},
+                          {"prefill-320 mlp.up", 320, 6144, 2048},
+                          {"prefill-320 mlp.down", 320, 2048, 6144},
+                          {"vision-1024 fc1 [4096x1024]", 1024, 4096, 1024},
+                          {"vision-1024 qkv [3072x1024]", 1024, 3072, 1024}};
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  nlohmann::json out = nlohmann::json::array();
+  for (const Shape& s : shapes) {
+    std::vector<std::int8_t> q(static_cast<std::size_t>(s.n * s.k));
+    for (auto& v : q) v = static_cast<std::int8_t>(qd(rng));
+    std::vector<float> sw(static_cast<std::size_t>(s.n), 0.01f), x(static_cast<std::size_t>(s.m * s.k)),
+        y(static_cast<std::size_t>(s.m * s.n));
+    for (auto& v : x) v = nd(rng);
+    for (const bool int8 : {true, false}) {
+      if (!int8 && s.m > 1 && s.n * s.k > (std::int64_t{8} << 20)) continue;  // the slow path on big GEMMs: skip
+      WeightMatrix w = WeightMatrix::w8(q.data(), sw.data(), s.n, s.k);
+      w.int8_activations = int8;
+      w.packed = active_kernels().pack(w);
+      double best = 1e30;
+      const int r = s.m > 1 ? std::max(1, reps / 5) : reps;
+      for (int i = 0; i < r + 1; ++i) {
+        const auto t0 = Clock::now();
+        active_kernels().linear(x.data(), s.m, w, nullptr, y.data());
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (i > 0) best = std::min(best, ms);  // the first call warms caches and buffers
+      }
+      const double gbs = static_cast<double>(s.n * s.k) / (best * 1e6);
+      const double gops = 2.0 * static_cast<double>(s.m * s.n * s.k) / (best * 1e6);
+      const std::string path = int8 ? std::string("int8/") + int8_kernel_best().name : "f32-act";
+      if (!json)
+        std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s weights  %7.1f GOP/s\n", s.name, path.c_str(), best, gbs, gops);
+      out.push_back({{"shape", s.name}, {"path", path}, {"ms", best}, {"weight_gb_s", gbs}, {"gop_s", gops}});
+    }
+  }
+  if (json) std::printf("%s\n", nlohmann::json{{"threads", num_threads()}, {"results", out}}.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,185 @@
+// Activation quantization, weight packing, the portable packed kernel, the
+// choice of implementation and the threaded driver of the int8 path
+// (int8_matmul.hpp). ISA-specific kernels live in int8_matmul_<isa>.cpp.
+#include "backends/cpu/int8_matmul.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "backends/cpu/thread_pool.hpp"
+#include "qhexrt/error.hpp"
+
+namespace qhx::cpu {
+
+void quantize_rows_q8(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, int offset, std::uint8_t* q,
+                      float* scales) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    const float* xr = x + i * k;
+    std::uint8_t* qr = q + i * ldq;
+    float amax = 0.0f;
+    for (std::int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(xr[c]));
+    scales[i] = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (std::int64_t c = 0; c < k; ++c) {
+      // Round half to even by the 1.5·2^23 trick: exactly nearbyint for |v| < 2^22
+      // in the default rounding mode, and it vectorizes (nearbyint is a libm call).
+      float v = xr[c] * inv;
+      v = (v + 12582912.0f) - 12582912.0f;
+      // x · inv may round a hair past 127; the clamp keeps |q| <= 127 (and a NaN becomes 0).
+      v = v >= -127.0f ? (v <= 127.0f ? v : 127.0f) : (v < -127.0f ? -127.0f : 0.0f);
+      qr[c] = static_cast<std::uint8_t>(static_cast<int>(v) + offset);
+    }
+    std::memset(qr + k, offset, static_cast<std::size_t>(ldq - k));
+  }
+}
+
+namespace {
+
+// 64-byte aligned storage; arrays of 2 MiB and more start on a 2 MiB boundary
+// and ask for huge pages (a 2B model's weights are 1.7 GB: far fewer TLB
+// misses while streaming them, which decode's bandwidth depends on).
+template <class T>
+std::shared_ptr<T> aligned_array(std::int64_t n) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t raw = static_cast<std::size_t>(n) * sizeof(T);
+  const std::size_t align = raw >= kHuge ? kHuge : 64;
+  const std::size_t bytes = std::max<std::size_t>((raw + align - 1) / align * align, align);
+  void* p = std::aligned_alloc(align, bytes);
+  if (p == nullptr) fail("out of memory: packing a weight matrix needs ", bytes, " bytes");
+#ifdef MADV_HUGEPAGE
+  if (align == kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advisory: failure is harmless
+#endif
+  return std::shared_ptr<T>(static_cast<T*>(p), [](T* q) { std::free(q); });
+}
+
+// The portable kernel: the contract computed over the packed layout in plain
+// C++ (signed activations), one panel at a time.
+void gemm_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
+                   const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  const int P = w.panel;
+  std::int32_t acc[64];
+  for (std::int64_t p = p0; p < p1; ++p) {
+    const std::int8_t* panel = w.data.get() + p * w.k4 * P * 4;
+    const std::int64_t r0 = p * P, nr = std::min<std::int64_t>(P, w.rows - r0);
+    for (std::int64_t i = 0; i < m; ++i) {
+      const auto* qi = reinterpret_cast<const std::int8_t*>(q + i * ldq);
+      std::fill(acc, acc + P, 0);
+      for (std::int64_t g = 0; g < w.k4; ++g) {
+        const std::int8_t* blk = panel + g * P * 4;
+        for (int j = 0; j < P; ++j)
+          for (int t = 0; t < 4; ++t) acc[j] += static_cast<std::int32_t>(qi[4 * g + t]) * blk[4 * j + t];
+      }
+      for (std::int64_t j = 0; j < nr; ++j) {
+        const std::int64_t r = r0 + j;
+        y[i * ldy + r] = std::fma(static_cast<float>(acc[j]), sx[i] * w.scales.get()[r], bias ? bias[r] : 0.0f);
+      }
+    }
+  }
+}
+
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable};
+
+}  // namespace
+
+const Int8Kernel& int8_kernel_portable() { return kPortable; }
+
+std::vector<const Int8Kernel*> int8_kernels_available() {
+  std::vector<const Int8Kernel*> out{&kPortable};
+  if (const Int8Kernel* k = int8_kernel_avx512vnni()) out.push_back(k);
+  if (const Int8Kernel* k = int8_kernel_neon_dotprod()) out.push_back(k);
+  return out;
+}
+
+const Int8Kernel& int8_kernel_best() {
+  static const Int8Kernel& best = []() -> const Int8Kernel& {
+    const char* env = std::getenv("QHX_INT8_KERNEL");
+    if (env != nullptr && std::string_view(env) == "portable") return kPortable;
+    if (const Int8Kernel* k = int8_kernel_avx512vnni()) return *k;
+    if (const Int8Kernel* k = int8_kernel_neon_dotprod()) return *k;
+    return kPortable;
+  }();
+  return best;
+}
+
+std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel) {
+  if (w.dtype != DType::I8 || w.scales == nullptr)
+    fail("pack_i8: a ", weight_format_name(w), " matrix is not w8 (int8 with per-row scales)");
+  if (w.cols > kInt8MaxCols)
+    fail("pack_i8: ", w.cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
+  auto out = std::make_shared<PackedI8>();
+  const int P = kernel.panel;
+  out->rows = w.rows;
+  out->cols = w.cols;
+  out->k4 = (w.cols + 3) / 4;
+  out->panels = (w.rows + P - 1) / P;
+  out->panel = P;
+  out->kernel = &kernel;
+  const std::int64_t padded_rows = out->panels * P;
+  out->data = aligned_array<std::int8_t>(padded_rows * out->k4 * 4);
+  out->row_sums = aligned_array<std::int32_t>(padded_rows);
+  out->scales = aligned_array<float>(padded_rows);
+  const auto* src = static_cast<const std::int8_t*>(w.data);
+  std::int8_t* dst = out->data.get();
+  std::int32_t* sums = out->row_sums.get();
+  float* scales = out->scales.get();
+  const std::int64_t k4 = out->k4, cols = w.cols, rows = w.rows;
+  parallel_for(out->panels, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t p = b; p < e; ++p) {
+      std::int8_t* panel = dst + p * k4 * P * 4;
+      for (int j = 0; j < P; ++j) {
+        const std::int64_t r = p * P + j;
+        std::int8_t* col = panel + j * 4;  // this row's 4 bytes of group g sit at col + g · P · 4
+        if (r >= rows) {
+          for (std::int64_t g = 0; g < k4; ++g) std::memset(col + g * P * 4, 0, 4);
+          sums[r] = 0;
+          scales[r] = 0.0f;
+          continue;
+        }
+        const std::int8_t* row = src + r * cols;
+        const std::int64_t full = cols / 4;
+        for (std::int64_t g = 0; g < full; ++g) std::memcpy(col + g * P * 4, row + 4 * g, 4);
+        if (full < k4) {  // the last, partial group: zero-padded
+          std::int8_t last[4] = {0, 0, 0, 0};
+          for (std::int64_t c = 4 * full; c < cols; ++c) last[c - 4 * full] = row[c];
+          std::memcpy(col + full * P * 4, last, 4);
+        }
+        std::int32_t s = 0;
+        for (std::int64_t c = 0; c < cols; ++c) s += row[c];
+        sums[r] = s;
+        scales[r] = w.scales[r];
+      }
+    }
+  });
+  return out;
+}
+
+void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y) {
+  const Int8Kernel& k = *w.kernel;
+  const std::int64_t ldq = (w.k4 * 4 + 63) / 64 * 64;  // rows start on cache lines
+  // Grows to the largest call once (the prefill chunk), then is reused: the
+  // decode loop allocates nothing here.
+  thread_local std::vector<std::uint8_t> q;
+  thread_local std::vector<float> sx;
+  if (q.size() < static_cast<std::size_t>(m * ldq)) q.resize(static_cast<std::size_t>(m * ldq));
+  if (sx.size() < static_cast<std::size_t>(m)) sx.resize(static_cast<std::size_t>(m));
+  const std::int64_t rows_per_task = std::max<std::int64_t>(1, 64 / std::max<std::int64_t>(1, m));
+  // (The buffers are this thread's: workers get their pointers, not their own thread_locals.)
+  std::uint8_t* qp = q.data();
+  float* sp = sx.data();
+  parallel_for(m, rows_per_task, [&](std::int64_t b, std::int64_t e) {
+    quantize_rows_q8(x + b * w.cols, e - b, w.cols, ldq, k.offset, qp + b * ldq, sp + b);
+  });
+  // About 64k multiply-adds per chunk at least, so a chunk is worth a hand-off.
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, m * w.cols * w.panel));
+  parallel_for(w.panels, grain, [&](std::int64_t b, std::int64_t e) {
+    k.gemm(qp, ldq, m, sp, w, bias, y, w.rows, b, e);
+  });
+}
+
+}  // namespace qhx::cpu

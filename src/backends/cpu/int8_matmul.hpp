@@ -1,0 +1,86 @@
+// The int8 path of `linear` for w8 weights: activations quantized per row at
+// run time, integer products, one float rescale per output.
+//
+// Contract (the reference in kernels_ref.cpp computes exactly this, and every
+// implementation below must match it bit for bit):
+//   amax_i = max_k |x[i, k]|;  sx_i = amax_i / 127  (0 for a zero row)
+//   qx[i, k] = clamp(nearbyint(x[i, k] · (127 / amax_i)), −127, 127)   (round half to even)
+//   acc[i, r] = Σ_k qx[i, k] · qw[r, k]            (exact, int32)
+//   y[i, r] = fma(float(acc[i, r]), sx_i · sw_r, bias[r] or 0)
+// With |q| <= 127 the int32 sum is exact for K up to 65,536 (checked at packing).
+//
+// Why: decode reads every weight once per token, so it is bound by memory
+// bandwidth only if the arithmetic per weight byte is a single instruction
+// (VNNI vpdpbusd, NEON sdot) instead of widen + convert + FMA; prefill and the
+// vision encoder are compute-bound and int8 dot products run 4× the f32 rate.
+//
+// The fast implementations stream weights repacked once at load ("panels"):
+//   panel p holds output rows [p·P, p·P + P); inside it, for each group of 4
+//   input columns k4, the P rows' 4 bytes follow each other:
+//   data[((p · K4) + k4) · P · 4 + j · 4 + t] = qw[p·P + j, 4·k4 + t]   (0 past the edges)
+// so one 16-byte (P = 4, NEON) or 64-byte (P = 16, AVX-512) load feeds one
+// dot-product instruction for P outputs, and a panel is one sequential stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/weights.hpp"
+
+namespace qhx::cpu {
+
+// Largest K whose int32 accumulation is exact for both signed and offset
+// (u8 = q + 128, x86) activations: 255 · 127 · K < 2^31.
+inline constexpr std::int64_t kInt8MaxCols = 65536;
+
+// Quantizes x [m, k] row by row as the contract says into q [m, ldq] (ldq >= k;
+// columns k .. ldq−1 are zero, i.e. `offset` when offset = 128) and scales [m].
+// offset 128 stores q + 128 as unsigned bytes (what vpdpbusd needs).
+void quantize_rows_q8(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, int offset, std::uint8_t* q,
+                      float* scales);
+
+struct Int8Kernel;
+
+// A w8 matrix repacked into panels for one Int8Kernel (see the layout above).
+struct PackedI8 {
+  std::int64_t rows = 0, cols = 0;  // logical [rows, cols] of the source matrix
+  std::int64_t k4 = 0;              // ceil(cols / 4): groups of 4 columns
+  std::int64_t panels = 0;          // ceil(rows / panel)
+  int panel = 0;                    // rows per panel (the kernel's P)
+  const Int8Kernel* kernel = nullptr;
+  std::shared_ptr<std::int8_t> data;  // [panels, k4, panel, 4], 64-byte aligned
+  std::shared_ptr<std::int32_t> row_sums;  // [panels · panel]: Σ_k qw[r, k] (for offset activations)
+  std::shared_ptr<float> scales;           // [panels · panel]: sw_r, 0 past the last row
+};
+
+// One implementation of the packed product. `gemm` computes output rows
+// (panels) [p0, p1) of y [m, ldy] from activations q [m, ldq] quantized with
+// the kernel's `offset`.
+struct Int8Kernel {
+  const char* name;
+  int panel;   // P
+  int offset;  // 0: activations as int8; 128: as q + 128 in uint8
+  void (*gemm)(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
+               const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1);
+};
+
+// Plain C++ over the packed layout, any CPU (P = 16, signed activations).
+const Int8Kernel& int8_kernel_portable();
+// The best implementation this CPU runs (chosen once, at the first call):
+// AVX-512 VNNI, NEON dotprod, else the portable one. QHX_INT8_KERNEL=portable forces that.
+const Int8Kernel& int8_kernel_best();
+// Every implementation this CPU can run (for the shared kernel suite).
+std::vector<const Int8Kernel*> int8_kernels_available();
+
+// Repacks w (a w8 matrix) for `kernel`. Throws qhx::Error if w is not w8 or too wide.
+std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel);
+
+// y [m, w.rows] by the contract, on the thread pool, through w's kernel.
+void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y);
+
+// Per-ISA kernels (their own files); nullptr where this build or CPU lacks them.
+const Int8Kernel* int8_kernel_avx512vnni();
+const Int8Kernel* int8_kernel_neon_dotprod();
+
+}  // namespace qhx::cpu

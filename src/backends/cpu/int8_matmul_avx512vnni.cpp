@@ -1,0 +1,162 @@
+// The int8 path (int8_matmul.hpp) with AVX-512 VNNI: vpdpbusd multiplies 64
+// unsigned activation bytes by 64 signed weight bytes and adds groups of four
+// into 16 int32 lanes, i.e. 16 outputs × 4 input columns per instruction.
+// Activations therefore arrive as q + 128 (offset 128); the kernel subtracts
+// 128 · Σ_k qw[r, k] (PackedI8::row_sums) from each sum, which is exact.
+//
+// Register tile: MR activation rows × NR panels of 16 outputs (MR·NR int32
+// accumulators, at most 8 × 3 = 24 of the 32 zmm registers). Panels are walked
+// in blocks of ~256 KiB so a block stays in L2 while every activation row
+// passes over it (prefill, vision); decode (m = 1) simply streams each panel once.
+//
+// Compiled for every x86-64 build; the code is only reached after a CPUID
+// check, so the rest of the library stays baseline x86-64.
+#include "backends/cpu/int8_matmul.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include <cstring>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
+// GCC 12's own AVX-512 headers start some intrinsics from _mm512_undefined_*(),
+// which its -Wuninitialized flags once inlined; the values are never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace qhx::cpu {
+namespace {
+
+
+#define QHX_PF 4096
+constexpr int kP = 16;  // outputs per panel: one zmm of int32
+constexpr int kMaxMR = 8;
+constexpr int kMaxNR = 3;
+
+template <int MR, int NR>
+__attribute__((always_inline)) inline void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx,
+                                                const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                                                std::int64_t p, std::int64_t i0) {
+  const std::int64_t k4 = w.k4;
+  const std::int64_t pstride = k4 * kP * 4;
+  const std::int8_t* b0 = w.data.get() + p * pstride;
+  const std::uint8_t* a0 = q + i0 * ldq;
+  __m512i acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
+  for (std::int64_t g = 0; g < k4; ++g) {
+    __m512i b[NR];
+    for (int j = 0; j < NR; ++j) b[j] = _mm512_load_si512(b0 + j * pstride + g * kP * 4);
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t a4;
+      std::memcpy(&a4, a0 + i * ldq + 4 * g, 4);
+      const __m512i a = _mm512_set1_epi32(a4);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a, b[j]);
+    }
+  }
+  for (int j = 0; j < NR; ++j) {
+    const std::int64_t r0 = (p + j) * kP;
+    const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const __m512i corr = _mm512_slli_epi32(_mm512_load_si512(w.row_sums.get() + r0), 7);  // 128 · Σ qw
+    const __m512 sw = _mm512_load_ps(w.scales.get() + r0);
+    const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
+    for (int i = 0; i < MR; ++i) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][j], corr));
+      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sx[i0 + i]), sw);
+      _mm512_mask_storeu_ps(y + (i0 + i) * ldy + r0, mask, _mm512_fmadd_ps(v, s, bv));
+    }
+  }
+}
+
+// One activation row (decode) over one panel: the panel is read as a single
+// sequential stream (consecutive panels are adjacent, so a thread's whole
+// range is one stream), with four accumulators to cover vpdpbusd's latency.
+__attribute__((always_inline)) inline void panel_m1(const std::uint8_t* q, const float* sx, const PackedI8& w,
+                                                    const float* bias, float* y, std::int64_t p) {
+  const std::int64_t k4 = w.k4;
+  const std::int8_t* b = w.data.get() + p * k4 * kP * 4;
+  __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  std::int64_t g = 0;
+  for (; g + 4 <= k4; g += 4) {
+    for (int u = 0; u < 4; ++u) _mm_prefetch(reinterpret_cast<const char*>(b + (g + u) * kP * 4 + QHX_PF), _MM_HINT_T0);
+    for (int u = 0; u < 4; ++u) {
+      std::int32_t a4;
+      std::memcpy(&a4, q + 4 * (g + u), 4);
+      acc[u] = _mm512_dpbusd_epi32(acc[u], _mm512_set1_epi32(a4), _mm512_load_si512(b + (g + u) * kP * 4));
+    }
+  }
+  for (; g < k4; ++g) {
+    std::int32_t a4;
+    std::memcpy(&a4, q + 4 * g, 4);
+    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_set1_epi32(a4), _mm512_load_si512(b + g * kP * 4));
+  }
+  const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
+  const std::int64_t r0 = p * kP;
+  const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+  const __m512i corr = _mm512_slli_epi32(_mm512_load_si512(w.row_sums.get() + r0), 7);
+  const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sx[0]), _mm512_load_ps(w.scales.get() + r0));
+  const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr));
+  _mm512_mask_storeu_ps(y + r0, mask, _mm512_fmadd_ps(v, s, bv));
+}
+
+using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const PackedI8&, const float*, float*,
+                        std::int64_t, std::int64_t, std::int64_t);
+
+template <int MR>
+struct Row {
+  static constexpr TileFn fns[kMaxNR] = {tile<MR, 1>, tile<MR, 2>, tile<MR, 3>};
+};
+
+constexpr const TileFn* kTiles[kMaxMR] = {Row<1>::fns, Row<2>::fns, Row<3>::fns, Row<4>::fns,
+                                          Row<5>::fns, Row<6>::fns, Row<7>::fns, Row<8>::fns};
+
+void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
+          const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  if (m == 1) {
+    for (std::int64_t p = p0; p < p1; ++p) panel_m1(q, sx, w, bias, y, p);
+    return;
+  }
+  const std::int64_t panel_bytes = w.k4 * kP * 4;
+  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / kMaxNR * kMaxNR;
+  if (block < kMaxNR) block = kMaxNR;
+  for (std::int64_t pb = p0; pb < p1; pb += block) {
+    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kMaxMR) {
+      const std::int64_t mr = m - i0 < kMaxMR ? m - i0 : kMaxMR;
+      for (std::int64_t p = pb; p < pe; p += kMaxNR) {
+        const std::int64_t nr = pe - p < kMaxNR ? pe - p : kMaxNR;
+        kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qhx::cpu
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+namespace qhx::cpu {
+
+const Int8Kernel* int8_kernel_avx512vnni() {
+  static const Int8Kernel k{"avx512vnni", kP, 128, gemm};
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return ok ? &k : nullptr;
+}
+
+}  // namespace qhx::cpu
+
+#else
+
+namespace qhx::cpu {
+const Int8Kernel* int8_kernel_avx512vnni() { return nullptr; }
+}  // namespace qhx::cpu
+
+#endif

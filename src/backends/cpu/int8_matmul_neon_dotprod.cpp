@@ -1,0 +1,125 @@
+// The int8 path (int8_matmul.hpp) with Arm's dot-product extension (Armv8.2
+// dotprod, on every recent phone core): sdot multiplies 16 signed activation
+// bytes by 16 signed weight bytes and adds groups of four into 4 int32 lanes,
+// i.e. 4 outputs × 4 input columns per instruction, so panels are 4 rows
+// (P = 4) and activations stay signed (offset 0).
+//
+// Register tile: MR activation rows × NR panels (at most 4 × 4 = 16 int32x4
+// accumulators of the 32 vector registers), panels walked in L2-sized blocks.
+// Compiled for every aarch64 build; reached only when the CPU reports dotprod.
+#include "backends/cpu/int8_matmul.hpp"
+
+#if defined(__aarch64__) && defined(__GNUC__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+
+#include <cstring>
+
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // Linux's bit for dotprod in AT_HWCAP
+#endif
+
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+
+namespace qhx::cpu {
+namespace {
+
+constexpr int kP = 4;
+constexpr int kMaxMR = 4;
+constexpr int kMaxNR = 4;
+
+template <int MR, int NR>
+__attribute__((always_inline)) inline void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx,
+                                                const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                                                std::int64_t p, std::int64_t i0) {
+  const std::int64_t k4 = w.k4;
+  const std::int64_t pstride = k4 * kP * 4;
+  const std::int8_t* b0 = w.data.get() + p * pstride;
+  const auto* a0 = reinterpret_cast<const std::int8_t*>(q + i0 * ldq);
+  int32x4_t acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = vdupq_n_s32(0);
+  for (std::int64_t g = 0; g < k4; ++g) {
+    int8x16_t b[NR];
+    for (int j = 0; j < NR; ++j) b[j] = vld1q_s8(b0 + j * pstride + g * kP * 4);
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t a4;
+      std::memcpy(&a4, a0 + i * ldq + 4 * g, 4);
+      const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(a4));
+      for (int j = 0; j < NR; ++j) acc[i][j] = vdotq_s32(acc[i][j], b[j], a);
+    }
+  }
+  for (int j = 0; j < NR; ++j) {
+    const std::int64_t r0 = (p + j) * kP;
+    const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+    const float32x4_t sw = vld1q_f32(w.scales.get() + r0);
+    float bb[kP] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (bias != nullptr)
+      for (std::int64_t t = 0; t < valid; ++t) bb[t] = bias[r0 + t];
+    const float32x4_t bv = vld1q_f32(bb);
+    for (int i = 0; i < MR; ++i) {
+      const float32x4_t v = vcvtq_f32_s32(acc[i][j]);
+      const float32x4_t s = vmulq_f32(vdupq_n_f32(sx[i0 + i]), sw);
+      const float32x4_t out = vfmaq_f32(bv, v, s);  // bv + v · s, one rounding
+      float* dst = y + (i0 + i) * ldy + r0;
+      if (valid == kP) {
+        vst1q_f32(dst, out);
+      } else {
+        float tmp[kP];
+        vst1q_f32(tmp, out);
+        for (std::int64_t t = 0; t < valid; ++t) dst[t] = tmp[t];
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const PackedI8&, const float*, float*,
+                        std::int64_t, std::int64_t, std::int64_t);
+
+template <int MR>
+struct Row {
+  static constexpr TileFn fns[kMaxNR] = {tile<MR, 1>, tile<MR, 2>, tile<MR, 3>, tile<MR, 4>};
+};
+
+constexpr const TileFn* kTiles[kMaxMR] = {Row<1>::fns, Row<2>::fns, Row<3>::fns, Row<4>::fns};
+
+void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
+          const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  const std::int64_t panel_bytes = w.k4 * kP * 4;
+  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / kMaxNR * kMaxNR;
+  if (block < kMaxNR) block = kMaxNR;
+  for (std::int64_t pb = p0; pb < p1; pb += block) {
+    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kMaxMR) {
+      const std::int64_t mr = m - i0 < kMaxMR ? m - i0 : kMaxMR;
+      for (std::int64_t p = pb; p < pe; p += kMaxNR) {
+        const std::int64_t nr = pe - p < kMaxNR ? pe - p : kMaxNR;
+        kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qhx::cpu
+
+#pragma GCC pop_options
+
+namespace qhx::cpu {
+
+const Int8Kernel* int8_kernel_neon_dotprod() {
+  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm};
+  static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  return ok ? &k : nullptr;
+}
+
+}  // namespace qhx::cpu
+
+#else
+
+namespace qhx::cpu {
+const Int8Kernel* int8_kernel_neon_dotprod() { return nullptr; }
+}  // namespace qhx::cpu
+
+#endif

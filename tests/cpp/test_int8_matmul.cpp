@@ -1,0 +1,158 @@
+// The int8 path of linear (int8_matmul.hpp): the reference kernel set against
+// the contract written out here independently, then every packed
+// implementation this CPU runs — and each kernel set's linear on a prepared
+// matrix — against the reference, bit for bit (integer sums are exact and the
+// float epilogue is the same two roundings everywhere).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/int8_matmul.hpp"
+#include "backends/cpu/kernel_set.hpp"
+#include "backends/cpu/kernels_fast.hpp"
+#include "backends/cpu/kernels_ref.hpp"
+#include "backends/cpu/thread_pool.hpp"
+
+namespace qhx::cpu {
+namespace {
+
+struct Case {
+  int m, n, k;
+};
+
+const Case kCases[] = {{1, 1, 1},   {1, 16, 64},  {2, 17, 3},   {3, 33, 7},   {5, 50, 130},
+                       {8, 48, 96}, {9, 49, 101}, {17, 5, 256}, {1, 100, 2048}, {20, 70, 36}};
+
+struct Data {
+  std::vector<float> x, b, sw;
+  std::vector<std::int8_t> qw;
+  WeightMatrix w;
+};
+
+Data make(const Case& c, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  Data d;
+  d.x.resize(static_cast<std::size_t>(c.m * c.k));
+  for (auto& v : d.x) v = nd(rng) * 3.0f;
+  if (c.m > 2) std::fill(d.x.begin() + c.k, d.x.begin() + 2 * c.k, 0.0f);  // an all-zero row: scale 0
+  d.b.resize(static_cast<std::size_t>(c.n));
+  for (auto& v : d.b) v = nd(rng);
+  d.sw.resize(static_cast<std::size_t>(c.n));
+  for (auto& v : d.sw) v = std::abs(nd(rng)) * 0.01f + 1e-4f;
+  d.qw.resize(static_cast<std::size_t>(c.n * c.k));
+  for (auto& v : d.qw) v = static_cast<std::int8_t>(qd(rng));
+  d.qw[0] = -127;  // the extremes, so the x86 offset compensation is exercised at its limits
+  d.qw.back() = 127;
+  d.w = WeightMatrix::w8(d.qw.data(), d.sw.data(), c.n, c.k);
+  d.w.int8_activations = true;
+  return d;
+}
+
+// The contract of int8_matmul.hpp, written from its text.
+std::vector<float> contract(const Data& d, const Case& c, bool bias) {
+  std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
+  for (int i = 0; i < c.m; ++i) {
+    float amax = 0.0f;
+    for (int t = 0; t < c.k; ++t) amax = std::max(amax, std::abs(d.x[i * c.k + t]));
+    const float sx = amax / 127.0f;
+    std::vector<int> q(static_cast<std::size_t>(c.k), 0);
+    for (int t = 0; t < c.k && amax > 0.0f; ++t)
+      q[t] = static_cast<int>(std::clamp(std::nearbyint(d.x[i * c.k + t] * (127.0f / amax)), -127.0f, 127.0f));
+    for (int r = 0; r < c.n; ++r) {
+      std::int64_t acc = 0;
+      for (int t = 0; t < c.k; ++t) acc += q[t] * d.qw[r * c.k + t];
+      y[i * c.n + r] = std::fma(static_cast<float>(acc), sx * d.sw[r], bias ? d.b[r] : 0.0f);
+    }
+  }
+  return y;
+}
+
+void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+}
+
+TEST(Int8Matmul, ReferenceFollowsTheContract) {
+  std::mt19937 rng(7);
+  for (const Case& c : kCases) {
+    const Data d = make(c, rng);
+    for (const bool bias : {true, false}) {
+      std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
+      ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
+      expect_bitwise(y, contract(d, c, bias), "reference " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                                                  std::to_string(c.k));
+    }
+  }
+}
+
+TEST(Int8Matmul, EveryPackedKernelEqualsTheReference) {
+  std::mt19937 rng(11);
+  const auto kernels = int8_kernels_available();
+  ASSERT_GE(kernels.size(), 1u);
+  for (const int threads : {1, 2}) {
+    set_threads(threads);
+    for (const Case& c : kCases) {
+      const Data d = make(c, rng);
+      for (const bool bias : {true, false}) {
+        std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
+        ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, want.data());
+        for (const Int8Kernel* k : kernels) {
+          const auto packed = pack_i8(d.w, *k);
+          std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
+          linear_i8_packed(d.x.data(), c.m, *packed, bias ? d.b.data() : nullptr, y.data());
+          expect_bitwise(y, want, std::string(k->name) + " " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                                      std::to_string(c.k) + " threads " + std::to_string(threads));
+        }
+      }
+    }
+  }
+  set_threads(0);
+}
+
+TEST(Int8Matmul, KernelSetsRunPreparedMatrices) {
+  std::mt19937 rng(13);
+  for (const KernelSet* ks : {&reference_kernels(), &fast_kernels()}) {
+    for (const Case& c : kCases) {
+      Data d = make(c, rng);
+      std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
+      ref::linear(d.x.data(), c.m, d.w, d.b.data(), want.data());
+      d.w.packed = ks->pack(d.w);
+      std::vector<float> y(want.size());
+      ks->linear(d.x.data(), c.m, d.w, d.b.data(), y.data());
+      expect_bitwise(y, want, std::string(ks->name));
+    }
+  }
+}
+
+TEST(Int8Matmul, QuantizationRoundsHalfToEvenAndPads) {
+  // amax 127 makes the multiplier exactly 1, so the halves are exact ties.
+  const float x[] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -127.0f};
+  std::uint8_t q[8];
+  float s = -1.0f;
+  quantize_rows_q8(x, 1, 7, 8, 0, q, &s);
+  const int want[] = {127, 0, 2, 2, 0, -2, -127, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<std::int8_t>(q[i]), want[i]) << i;
+  EXPECT_EQ(s, 1.0f);
+  quantize_rows_q8(x, 1, 7, 8, 128, q, &s);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int>(q[i]), want[i] + 128) << i;
+}
+
+TEST(Int8Matmul, PackingRejectsWhatItCannotRun) {
+  std::vector<float> f(4);
+  const WeightMatrix wf{.data = f.data(), .dtype = DType::F32, .rows = 2, .cols = 2};
+  EXPECT_THROW(pack_i8(wf, int8_kernel_portable()), std::exception);
+  std::vector<std::int8_t> q(2);
+  std::vector<float> s(1, 1.0f);
+  const WeightMatrix wide = WeightMatrix::w8(q.data(), s.data(), 1, kInt8MaxCols + 1);
+  EXPECT_THROW(pack_i8(wide, int8_kernel_portable()), std::exception);
+}
+
+}  // namespace
+}  // namespace qhx::cpu
