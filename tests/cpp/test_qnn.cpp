@@ -26,6 +26,7 @@
 #include "nn/mlp.hpp"
 #include "nn/rope.hpp"
 #include "qhexrt/error.hpp"
+#include "qhexrt/pipeline.hpp"
 #include "test_support.hpp"
 
 namespace qhx {
@@ -290,6 +291,58 @@ TEST(QnnHtp, DecoderLayerMatchesTheCpuBackendBlocksWithinFp16Rounding) {
   EXPECT_GT(cy.cosine, 1 - 1e-5);
 }
 
+// The run plan selects qnn-htp for the lm-head by manifest alone: two text plans that differ
+// only in the lm_head entry (CPU linear on the same int8 weights vs the v79 context binary)
+// produce the same greedy tokens and prompt logits within the lm-head's fp16 bound.
+TEST(QnnHtp, ManifestSelectsQnnHtpForTheLmHead) {
+  const fs::path dir = graphs_dir();
+  const fs::path ck = checkpoint_dir();
+  test::TempDir tmp;
+  auto plan = [&](const nlohmann::json& lm_head) {
+    const nlohmann::json j = {
+        {"qhexrt_manifest", 1},
+        {"model", "qwen3vl"},
+        {"config", (ck / "config.json").string()},
+        {"tokenizer", test::tokenizer_json_path().string()},
+        {"chat_template", "qwen3vl"},
+        {"context_length", 256},
+        {"prefill_chunk", 64},
+        {"tables", {{"embed", {{"file", (ck / "model.safetensors").string()},
+                               {"tensor", "model.language_model.embed_tokens.weight"}}}}},
+        {"graphs", {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", (ck / "config.json").string()},
+                             {"weights", (ck / "model.safetensors").string()}}},
+                    {"lm_head", lm_head}}},
+        {"stages", {{{"op", "tokenize"}}, {{"op", "embed"}, {"table", "embed"}},
+                    {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
+                    {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+                    {{"op", "detokenize"}}}}};
+    const fs::path p = tmp.path() / (lm_head["backend"].get<std::string>() + ".json");
+    std::ofstream(p) << j.dump(1);
+    return p;
+  };
+  const fs::path cpu_plan = plan({{"backend", "cpu"}, {"kind", "linear"},
+                                  {"weights", (dir / "weights_dq.safetensors").string()}, {"tensor", "lm_head"}});
+  const fs::path qnn_plan = plan({{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"},
+                                  {"context_binary", (dir / "lm_head.bin").string()}, {"soc_model", 69},
+                                  {"row_blocks", true}});
+  GenerationRequest req;
+  req.prompt = "Describe the NPU.";
+  req.max_new_tokens = 4;
+  SamplingParams greedy;
+  greedy.greedy = true;
+  req.sampling = greedy;
+  req.keep_step_logits = true;
+  auto cpu = Pipeline::open(cpu_plan).generate(req);
+  auto qnn = Pipeline::open(qnn_plan).generate(req);
+  EXPECT_EQ(qnn.tokens, cpu.tokens);
+  ASSERT_EQ(qnn.step_logits.size(), cpu.step_logits.size());
+  const auto c = compare(qnn.step_logits, cpu.step_logits);
+  report("generate, step logits (qnn-htp lm-head vs cpu)", c);
+  std::printf("generate: qnn-htp plan decode %.1f ms/token, cpu plan %.1f ms/token\n",
+              qnn.timings.decode_ms_per_token, cpu.timings.decode_ms_per_token);
+  EXPECT_GT(c.cosine, 1 - 1e-5);
+}
+
 // --- the manifest route and errors ------------------------------------------------------------
 
 TEST(QnnHtp, MissingLibrariesNameThePathAndTheVariable) {
@@ -323,6 +376,19 @@ TEST(QnnHtp, CorruptBinaryNamesTheQnnCallAndItsErrorCode) {
               msg.find("QnnContext_createFromBinary") != std::string::npos)
       << msg;
   EXPECT_NE(msg.find("corrupt.bin"), std::string::npos) << msg;
+}
+
+// The x86-64 emulator runs a binary of any HTP arch (it loads this v75 binary too), so the
+// arch pin is checked from the binary's recorded SoC model against the plan's "soc_model".
+TEST(QnnHtp, BinaryForAnotherHtpArchIsRefused) {
+  const fs::path dir = graphs_dir();
+  EXPECT_EQ(qnn::Runtime::get().read_binary_info(read_bytes(dir / "lm_head.bin"), "v79").soc_model, 69u);
+  EXPECT_EQ(qnn::Runtime::get().read_binary_info(read_bytes(dir / "lm_head_v75.bin"), "v75").soc_model, 57u);
+  const std::string msg = error_of(
+      [&] { create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head_v75.bin", {{"soc_model", 69}})); });
+  EXPECT_NE(msg.find("prepared for SoC model 57 (SM8650, HTP v75)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("targets 69 (SM8750, HTP v79)"), std::string::npos) << msg;
+  EXPECT_NO_THROW(create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head.bin", {{"soc_model", 69}})));
 }
 
 TEST(QnnHtp, UnknownManifestKeyIsAnError) {

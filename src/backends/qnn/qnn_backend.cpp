@@ -4,6 +4,10 @@
 // Manifest entry keys:
 //   context_binary  the .bin file (a QNN context binary, e.g. from tools/qnn/make_qnn_graphs.py)
 //   graph           the graph's name in the binary (optional when the binary holds one graph)
+//   soc_model       optional: the Qnn_SocModel_t the plan targets (69 = SM8750, HTP v79).
+//                   Context binaries are pinned to one HTP arch; on a device the wrong one
+//                   fails in QnnContext_createFromBinary, but the x86-64 emulator runs a binary
+//                   of any arch, so the plan states its target and QHexRT checks the binary.
 //   row_blocks      optional, default false: the first dimension of every input and output
 //                   is a row count, and a call with R rows runs the graph R / r times on
 //                   consecutive blocks of r rows (r = the graph's own first dimension). This
@@ -25,6 +29,17 @@ namespace qhx {
 namespace qnn {
 namespace {
 
+// The SoC models a message is likeliest to meet (QNN's Qnn_SocModel_t numbering).
+std::string soc_label(std::uint32_t m) {
+  switch (m) {
+    case 43: return "SM8550, HTP v73";
+    case 57: return "SM8650, HTP v75";
+    case 69: return "SM8750, HTP v79";
+    case 87: return "SM8850, HTP v81";
+    default: return "see Qnn_SocModel_t";
+  }
+}
+
 DType stage_dtype(const std::string& graph, const TensorInfo& t) {
   switch (t.dtype) {
     case abi::DataType::Float16:
@@ -44,12 +59,26 @@ class ContextGraph final : public Delegate {
   void init(const GraphBlob& blob) override {
     name_ = blob.name;
     for (const auto& [key, value] : blob.spec.items())
-      if (key != "backend" && key != "kind" && key != "context_binary" && key != "graph" && key != "row_blocks")
-        fail("graph \"", name_, "\": unknown key \"", key, "\" for qnn.context_graph (known: context_binary, graph, row_blocks)");
+      if (key != "backend" && key != "kind" && key != "context_binary" && key != "graph" && key != "row_blocks" &&
+          key != "soc_model")
+        fail("graph \"", name_, "\": unknown key \"", key,
+             "\" for qnn.context_graph (known: context_binary, graph, soc_model, row_blocks)");
     const auto path = blob_file(blob, "context_binary");
     file_.emplace(path);  // mapped; QNN copies what it needs into the context
     const std::string what = cat("graph \"", name_, "\" (", path.string(), ")");
     ctx_.emplace(Runtime::get(), std::span(file_->data(), file_->size()), what);
+    if (const auto it = blob.spec.find("soc_model"); it != blob.spec.end()) {
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 0) fail("graph \"", name_, "\": \"soc_model\" must be a Qnn_SocModel_t number");
+      const auto want = it->get<std::uint32_t>();
+      const auto have = ctx_->info().soc_model;
+      if (have == 0)
+        fail("graph \"", name_, "\": ", path.string(), " does not record its SoC model (binary info version ",
+             ctx_->info().version, "), so \"soc_model\": ", want, " cannot be checked");
+      if (have != want)
+        fail("graph \"", name_, "\": ", path.string(), " was prepared for SoC model ", have, " (", soc_label(have),
+             "), the plan targets ", want, " (", soc_label(want),
+             "); context binaries are pinned to one HTP arch: re-prepare it (tools/qnn/make_qnn_graphs.py)");
+    }
     if (const auto it = blob.spec.find("graph"); it != blob.spec.end()) {
       if (!it->is_string()) fail("graph \"", name_, "\": \"graph\" must be a graph name (a string)");
       graph_ = it->get<std::string>();
