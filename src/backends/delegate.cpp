@@ -9,6 +9,7 @@ namespace qhx {
 
 // Defined by each backend that is built in; called once before the first lookup.
 void register_cpu_backend();
+void register_qnn_backend();  // loads its libraries only when a graph uses it
 
 namespace {
 
@@ -21,7 +22,10 @@ std::map<Key, DelegateFactory>& registry() {
 
 void ensure_builtin_backends() {
   static std::once_flag once;
-  std::call_once(once, [] { register_cpu_backend(); });
+  std::call_once(once, [] {
+    register_cpu_backend();
+    register_qnn_backend();
+  });
 }
 
 std::string shape_str(const std::vector<std::int64_t>& s) {
