@@ -10,6 +10,7 @@ bash scripts/setup.sh
 
 echo "== references: tiny checkpoints written by transformers, fp32 outputs (cached)"
 HF_HUB_OFFLINE=1 "$QHX_PY" tests/reference/build_all.py
+bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 context binaries (docs/qnn.md)
 
 echo "== build (Release)"
 bash scripts/build.sh build

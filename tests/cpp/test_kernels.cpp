@@ -3,6 +3,7 @@
 // bf16 weights (and f16, w8, w4 for linear). A new implementation joins by being added to kernel_sets().
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -189,7 +190,11 @@ TEST_P(Kernels, RopeRotateHalf) {
 }
 
 TEST_P(Kernels, AttentionCausalGqaAndFull) {
-  const int T = 3, N = 7, HQ = 4, HKV = 2, D = 5, start = 4;  // queries at 4, 5, 6 over 7 cached keys
+  // {T, N, HQ, HKV, D, start}: a few queries over a cache (decode-like), and
+  // blocks of many queries with head_dim 64 and 128 (prefill, vision), odd counts.
+  for (const auto& [T, N, HQ, HKV, D, start] :
+       {std::array{3, 7, 4, 2, 5, 4}, {1, 50, 4, 2, 128, 49}, {2, 33, 6, 2, 64, 31}, {1, 9, 3, 3, 128, 8}, {37, 40, 4, 2, 64, 3}, {20, 20, 2, 2, 128, 0}, {9, 9, 3, 1, 64, 0}}) {
+  SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
   const auto q = random(T * HQ * D), kc = random(N * HKV * D), vc = random(N * HKV * D);
   for (const bool causal : {true, false}) {
     std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
@@ -212,6 +217,7 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
     std::vector<float> out(want.size());
     k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
     expect_close(out, want, 1e-5, 1e-5);
+  }
   }
 }
 

@@ -1,5 +1,10 @@
 #include "backends/cpu/kernel_plan.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
@@ -18,6 +23,15 @@ KernelPlan kernel_plan(const GraphBlob& blob) {
 void prepare(const KernelPlan& plan, WeightMatrix& w) {
   w.int8_activations = plan.int8_activations && w.dtype == DType::I8;
   w.packed = plan.kernels->pack(w);
+  if (w.packed != nullptr) release_pages(w.data, static_cast<std::size_t>(w.rows * w.cols));
+}
+
+void release_pages(const void* data, std::size_t bytes) {
+  // Only whole pages inside the range: its neighbours may still be in use.
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory
 }
 
 }  // namespace qhx::cpu

@@ -7,6 +7,8 @@
 // Matrices of other formats always compute in f32.
 #pragma once
 
+#include <cstddef>
+
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
@@ -23,7 +25,12 @@ struct KernelPlan {
 KernelPlan kernel_plan(const GraphBlob& blob);
 
 // Marks w for the plan's arithmetic and lets the kernel set repack it (done
-// once per matrix, at load; the stored matrix stays mapped and untouched).
+// once per matrix, at load). A repacked matrix's mapped pages are released
+// (release_pages), so the process holds one copy of the weights, not two; the
+// mapping stays valid and re-reads the file if the stored form is used again.
 void prepare(const KernelPlan& plan, WeightMatrix& w);
+
+// Drops the resident pages of a read-only file mapping inside [data, data + bytes).
+void release_pages(const void* data, std::size_t bytes);
 
 }  // namespace qhx::cpu

@@ -44,6 +44,7 @@ using DF = hn::CappedTag<float, 16>;
 using VF = hn::Vec<DF>;
 
 inline std::int64_t lanes() { return static_cast<std::int64_t>(hn::Lanes(DF())); }
+std::int64_t Lanes() { return lanes(); }  // exported: the dispatcher's view of the vector width
 
 // ---- weight rows: Load(c) gives the f32 weights at columns c .. c+N-1 ------
 // (in the activation layout, see W4Row), Scalar(c) one column, for the tail;
@@ -277,6 +278,194 @@ void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t
   }
 }
 
+// ---- attention for a few queries (decode) -------------------------------------
+// Tasks [b, e) of t · hkv: query i with HB query heads of KV head kvh at a
+// time, so each key and value row is read once for the group; the output of
+// those heads stays in registers (HB × NV vectors) across all keys instead of
+// being loaded and stored per key. p: HB · n floats.
+template <int HB, int NV>
+void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                    std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
+                    float* p) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t d = NV * N;
+  const std::int64_t kvh = h0 / (hq / hkv);
+  const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
+  VF qv[HB][NV];
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + (i * hq + h0 + g) * d + u * N);
+  float max_s[HB];
+  for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
+  for (std::int64_t j = 0; j < visible; ++j) {
+    const float* kj = k + (j * hkv + kvh) * d;
+    VF kv[NV];
+    for (int u = 0; u < NV; ++u) kv[u] = hn::LoadU(df, kj + u * N);
+    for (int g = 0; g < HB; ++g) {
+      VF acc = hn::Mul(qv[g][0], kv[0]);
+      for (int u = 1; u < NV; ++u) acc = hn::MulAdd(qv[g][u], kv[u], acc);
+      const float sc = hn::GetLane(hn::SumOfLanes(df, acc)) * scale;
+      p[g * n + j] = sc;
+      max_s[g] = std::max(max_s[g], sc);
+    }
+  }
+  float inv[HB];
+  for (int g = 0; g < HB; ++g) {
+    float* pg = p + g * n;
+    const VF vmax = hn::Set(df, max_s[g]);
+    VF vsum = hn::Zero(df);
+    std::int64_t j = 0;
+    for (; j + N <= visible; j += N) {
+      const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, pg + j), vmax));
+      hn::StoreU(ex, df, pg + j);
+      vsum = hn::Add(vsum, ex);
+    }
+    float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+    for (; j < visible; ++j) sum += (pg[j] = std::exp(pg[j] - max_s[g]));
+    inv[g] = 1.0f / sum;
+  }
+  VF o[HB][NV];
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
+  for (std::int64_t j = 0; j < visible; ++j) {
+    const float* vj = v + (j * hkv + kvh) * d;
+    VF vv[NV];
+    for (int u = 0; u < NV; ++u) vv[u] = hn::LoadU(df, vj + u * N);
+    for (int g = 0; g < HB; ++g) {
+      const VF w = hn::Set(df, p[g * n + j] * inv[g]);
+      for (int u = 0; u < NV; ++u) o[g][u] = hn::MulAdd(w, vv[u], o[g][u]);
+    }
+  }
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < NV; ++u) hn::StoreU(o[g][u], df, out + (i * hq + h0 + g) * d + u * N);
+}
+
+// Whether AttentionGroups handles head_dim d: 4 or 8 vectors per row.
+bool GroupedAttentionFits(std::int64_t d) { return d == 4 * lanes() || d == 8 * lanes(); }
+
+void AttentionGroups(const float* q, const float* k, const float* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                     std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
+                     std::int64_t e, float* p) {
+  const std::int64_t group = hq / hkv;
+  for (std::int64_t task = b; task < e; ++task) {
+    const std::int64_t i = task / hkv, kvh = task % hkv;
+    std::int64_t g = 0;
+    for (; g + 2 <= group; g += 2) {
+      if (d == 8 * lanes())
+        AttentionGroup<2, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+      else
+        AttentionGroup<2, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+    }
+    if (g < group) {
+      if (d == 8 * lanes())
+        AttentionGroup<1, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+      else
+        AttentionGroup<1, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+    }
+  }
+}
+
+// ---- blocked attention (many queries: prefill, vision) ----------------------
+// Per (query head, block of kQB queries): S = Q·Kᵀ over the visible keys with
+// K transposed per KV head (a run of keys is then one vector), softmax per row,
+// O = P·V. Register tiles: 8 queries × 2 vectors of keys for S, 4 queries × 4
+// vectors of head_dim for O; the only buffer is S, kQB × n.
+
+constexpr int kQB = 8;
+
+// kt [hkv, d, ldk] = k [n, hkv, d] transposed per KV head (columns >= n zero).
+void TransposeKeys(const float* k, std::int64_t n, std::int64_t hkv, std::int64_t d, std::int64_t ldk, float* kt,
+                   std::int64_t h0, std::int64_t h1) {
+  for (std::int64_t h = h0; h < h1; ++h)
+    for (std::int64_t c = 0; c < d; ++c) {
+      float* row = kt + (h * d + c) * ldk;
+      for (std::int64_t j = 0; j < n; ++j) row[j] = k[(j * hkv + h) * d + c];
+      std::fill(row + n, row + ldk, 0.0f);
+    }
+}
+
+void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const float* v, std::int64_t t, std::int64_t n,
+                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                     float* out, std::int64_t b, std::int64_t e, float* sbuf) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t blocks = (t + kQB - 1) / kQB;
+  const std::int64_t group = hq / hkv;
+  const VF vscale = hn::Set(df, scale);
+  for (std::int64_t task = b; task < e; ++task) {
+    const std::int64_t h = task / blocks, i0 = (task % blocks) * kQB;
+    const std::int64_t rows = std::min<std::int64_t>(kQB, t - i0);
+    const std::int64_t kvh = h / group;
+    const std::int64_t nk = causal ? std::min(n, start + i0 + rows) : n;  // keys any row of the block sees
+    const std::int64_t nk_pad = (nk + 2 * N - 1) / (2 * N) * (2 * N);     // <= ldk
+    const float* qr[kQB];
+    for (int i = 0; i < kQB; ++i) qr[i] = q + ((i0 + std::min<std::int64_t>(i, rows - 1)) * hq + h) * d;
+    const float* kh = kt + kvh * d * ldk;
+
+    for (std::int64_t j0 = 0; j0 < nk_pad; j0 += 2 * N) {  // S = Q·Kᵀ · scale
+      VF acc0[kQB], acc1[kQB];
+      for (int i = 0; i < kQB; ++i) acc0[i] = acc1[i] = hn::Zero(df);
+      for (std::int64_t c = 0; c < d; ++c) {
+        const VF k0 = hn::LoadU(df, kh + c * ldk + j0), k1 = hn::LoadU(df, kh + c * ldk + j0 + N);
+        for (int i = 0; i < kQB; ++i) {
+          const VF qv = hn::Set(df, qr[i][c]);
+          acc0[i] = hn::MulAdd(qv, k0, acc0[i]);
+          acc1[i] = hn::MulAdd(qv, k1, acc1[i]);
+        }
+      }
+      for (int i = 0; i < kQB; ++i) {
+        hn::StoreU(hn::Mul(acc0[i], vscale), df, sbuf + i * ldk + j0);
+        hn::StoreU(hn::Mul(acc1[i], vscale), df, sbuf + i * ldk + j0 + N);
+      }
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {  // softmax of each row over its visible keys; 0 past them
+      float* p = sbuf + i * ldk;
+      const std::int64_t visible = causal ? std::min(n, start + i0 + i + 1) : n;
+      float max_s = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < visible; ++j) max_s = std::max(max_s, p[j]);
+      const VF vmax = hn::Set(df, max_s);
+      VF vsum = hn::Zero(df);
+      std::int64_t j = 0;
+      for (; j + N <= visible; j += N) {
+        const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, p + j), vmax));
+        hn::StoreU(ex, df, p + j);
+        vsum = hn::Add(vsum, ex);
+      }
+      float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+      for (; j < visible; ++j) sum += (p[j] = std::exp(p[j] - max_s));
+      const float inv = 1.0f / sum;
+      for (j = 0; j < visible; ++j) p[j] *= inv;
+      std::fill(p + visible, p + nk, 0.0f);
+    }
+    for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {  // O = P·V, 4 rows × 4 vectors of d at a time
+      const std::int64_t rr = std::min<std::int64_t>(4, rows - r0);
+      const float* pr[4];
+      for (int r = 0; r < 4; ++r) pr[r] = sbuf + (r0 + std::min<std::int64_t>(r, rr - 1)) * ldk;
+      for (std::int64_t c0 = 0; c0 < d; c0 += 4 * N) {
+        VF acc[4][4];
+        for (int r = 0; r < 4; ++r)
+          for (int u = 0; u < 4; ++u) acc[r][u] = hn::Zero(df);
+        for (std::int64_t j = 0; j < nk; ++j) {
+          const float* vj = v + (j * hkv + kvh) * d + c0;
+          const VF v0 = hn::LoadU(df, vj), v1 = hn::LoadU(df, vj + N), v2 = hn::LoadU(df, vj + 2 * N),
+                   v3 = hn::LoadU(df, vj + 3 * N);
+          for (int r = 0; r < 4; ++r) {
+            const VF pv = hn::Set(df, pr[r][j]);
+            acc[r][0] = hn::MulAdd(pv, v0, acc[r][0]);
+            acc[r][1] = hn::MulAdd(pv, v1, acc[r][1]);
+            acc[r][2] = hn::MulAdd(pv, v2, acc[r][2]);
+            acc[r][3] = hn::MulAdd(pv, v3, acc[r][3]);
+          }
+        }
+        for (std::int64_t r = 0; r < rr; ++r) {
+          float* o = out + ((i0 + r0 + r) * hq + h) * d + c0;
+          for (int u = 0; u < 4; ++u) hn::StoreU(acc[r][u], df, o + u * N);
+        }
+      }
+    }
+  }
+}
+
 // ---- norms and elementwise ------------------------------------------------------
 
 void RmsNormRows(const float* x, const float* w, std::int64_t n, float eps, float* y, std::int64_t r0,
@@ -398,6 +587,11 @@ namespace fast {
 
 HWY_EXPORT(LinearRows);
 HWY_EXPORT(AttentionTasks);
+HWY_EXPORT(TransposeKeys);
+HWY_EXPORT(AttentionBlocks);
+HWY_EXPORT(Lanes);
+HWY_EXPORT(GroupedAttentionFits);
+HWY_EXPORT(AttentionGroups);
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(LayerNormRows);
 HWY_EXPORT(SiluMulRange);
@@ -457,6 +651,32 @@ std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
 
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
+  const std::int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
+  if (t >= 8 && d % (4 * N) == 0) {  // many queries: the blocked path
+    const std::int64_t ldk = (n + 2 * N - 1) / (2 * N) * (2 * N);
+    thread_local std::vector<float> kt;  // grows to the largest call, then is reused
+    if (kt.size() < static_cast<std::size_t>(hkv * d * ldk)) kt.resize(static_cast<std::size_t>(hkv * d * ldk));
+    float* ktp = kt.data();
+    parallel_for(hkv, 1, [&](std::int64_t b, std::int64_t e) {
+      HWY_DYNAMIC_DISPATCH(TransposeKeys)(k, n, hkv, d, ldk, ktp, b, e);
+    });
+    const std::int64_t blocks = (t + 7) / 8;
+    parallel_for(hq * blocks, 1, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> s;  // this thread's S block, 8 × ldk
+      if (s.size() < static_cast<std::size_t>(8 * ldk)) s.resize(static_cast<std::size_t>(8 * ldk));
+      HWY_DYNAMIC_DISPATCH(AttentionBlocks)(q, ktp, ldk, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                            s.data());
+    });
+    return;
+  }
+  if (HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d)) {  // a few queries: KV rows read once per group
+    parallel_for(t * hkv, 1, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> p;  // grows to the largest context, then is reused
+      if (p.size() < static_cast<std::size_t>(2 * n)) p.resize(static_cast<std::size_t>(2 * n));
+      HWY_DYNAMIC_DISPATCH(AttentionGroups)(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+    });
+    return;
+  }
   parallel_for(t * hq, grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
     thread_local std::vector<float> p;
     p.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
