@@ -37,6 +37,19 @@ APT_PACKAGES+=(
   libhwy-dev
 )
 # --- end of SIMD kernels -------------------------------------------------------
+# --- the kernels on 64-bit Arm (scripts/test_aarch64.sh) ----------------------
+# Debian's cross compiler, qemu's user-mode emulator, and the arm64 builds of
+# Highway and GoogleTest through multiarch (dpkg --add-architecture arm64).
+# qemu-user, libhwy-dev and the arm64 C library are pinned by the release only
+# (security updates move them); tested with qemu-user 1:7.2+dfsg-7+deb12u18+b3.
+dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+APT_PACKAGES+=(
+  g++-aarch64-linux-gnu=4:12.2.0-3
+  qemu-user
+  libhwy-dev:arm64
+  libgtest-dev:arm64=1.12.1-0.2
+)
+# --- end of the kernels on 64-bit Arm -------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"

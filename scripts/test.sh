@@ -16,6 +16,8 @@ echo "== build (Release)"
 bash scripts/build.sh build
 echo "== C++ tests (Release)"
 ctest --test-dir build --output-on-failure -j2
+echo "== CPU kernels on aarch64 (cross-built, run under qemu-aarch64)"
+bash scripts/test_aarch64.sh
 
 echo "== build (ASan + UBSan)"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZE=ON -DQHX_BENCH=OFF

@@ -14,8 +14,10 @@
 // Fractions (n/a without the roofline file; a limit is the better of its 1-thread and
 // all-threads figures):
 //   decode_bw_fraction    = bytes of LLM + lm-head weights per token x tok/s / read bandwidth
-//   prefill_flop_fraction = 2 * params_llm * tokens / prefill time / fp32 peak
-//   vision_flop_fraction  = (2 * params_vision * patches + attention) / vision time / fp32 peak
+//   prefill_flop_fraction = 2 * params_llm * tokens / prefill time / peak
+//   vision_flop_fraction  = (2 * params_vision * patches + attention) / vision time / peak
+// where peak is the int8 dot-product peak when the graph's matrices take the int8
+// path (w8 weights, "activations": "int8", the default), else the fp32 FMA peak.
 // Progress goes to stderr; stdout has the table, or with --json one JSON object.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@
 #include "backends/cpu/thread_pool.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
+#include "qhexrt/safetensors.hpp"
 #include "runtime/manifest.hpp"
 
 namespace fs = std::filesystem;
@@ -127,7 +130,7 @@ qhx::SamplingParams greedy() {
 }
 
 struct Roofline {
-  double read_gbs = 0, fp32_gflops = 0;
+  double read_gbs = 0, fp32_gflops = 0, int8_gops = 0;
   int threads = 0;
   json raw;
 };
@@ -140,9 +143,20 @@ std::optional<Roofline> load_roofline(const std::string& path) {
   // bandwidth-bound machine all threads can measure below one).
   r.read_gbs = std::max(r.raw.value("read_gbs_all", 0.0), r.raw.value("read_gbs_1t", 0.0));
   r.fp32_gflops = std::max(r.raw.value("fp32_gflops_all", 0.0), r.raw.value("fp32_gflops_1t", 0.0));
+  r.int8_gops = std::max(r.raw.value("int8_gops_all", 0.0), r.raw.value("int8_gops_1t", 0.0));
   r.threads = r.raw.value("threads", 0);
   if (r.read_gbs <= 0 || r.fp32_gflops <= 0) return std::nullopt;
   return r;
+}
+
+// Whether a CPU graph of `manifest` multiplies int8 by int8: its weights file
+// stores `probe` as I8 (w8) and the entry keeps the default "activations": "int8".
+bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::string& graph, const std::string& probe) {
+  const json& g = manifest.at("graphs").at(graph);
+  if (g.value("activations", std::string("int8")) != "int8") return false;
+  const qhx::Checkpoint ck = qhx::Checkpoint::open(dir / g.at("weights").get<std::string>());
+  const qhx::TensorView* t = ck.find(probe);
+  return t != nullptr && t->dtype == qhx::DType::I8;
 }
 
 }  // namespace
@@ -300,10 +314,13 @@ int main(int argc, char** argv) {
     const double prefill_flops = 2 * params_llm * static_cast<double>(prefill_tokens);
     const auto roof = load_roofline(roofline_path);
     json frac_decode = nullptr, frac_prefill = nullptr, frac_vision = nullptr;
+    const bool llm_int8 = graph_uses_int8(dir, text_m, "llm", "model.language_model.layers.0.mlp.up_proj.weight");
+    const bool vis_int8 = graph_uses_int8(dir, read_json(vlm_manifest), "vision", "model.visual.blocks.0.mlp.linear_fc1.weight");
+    const auto peak = [&](bool int8) { return (int8 && roof->int8_gops > 0 ? roof->int8_gops : roof->fp32_gflops) * 1e9; };
     if (roof) {
       frac_decode = bytes_per_token * decode_tok_s / (roof->read_gbs * 1e9);
-      frac_prefill = prefill_flops / (pre / 1000.0) / (roof->fp32_gflops * 1e9);
-      frac_vision = vision_flops / (vis / 1000.0) / (roof->fp32_gflops * 1e9);
+      frac_prefill = prefill_flops / (pre / 1000.0) / peak(llm_int8);
+      frac_vision = vision_flops / (vis / 1000.0) / peak(vis_int8);
     }
     const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     json j = {
@@ -316,12 +333,14 @@ int main(int argc, char** argv) {
         {"image_tokens", image_tokens},
         {"vision_gflop", vision_flops / 1e9},
         {"vision_flop_fraction", frac_vision},
+        {"vision_peak", vis_int8 ? "int8" : "fp32"},
         {"ttft_ms", ttft},
         {"prefill_tokens", prefill_tokens},
         {"prefill_ms", pre},
         {"prefill_tok_s", prefill_tok_s},
         {"prefill_gflop", prefill_flops / 1e9},
         {"prefill_flop_fraction", frac_prefill},
+        {"prefill_peak", llm_int8 ? "int8" : "fp32"},
         {"decode_ms_per_token_512", dec512},
         {"decode_ms_per_token_1024", dec1024},
         {"decode_tok_s", decode_tok_s},
@@ -335,7 +354,8 @@ int main(int argc, char** argv) {
     if (roof) {
       j["roofline"] = {{"threads", roof->threads},
                        {"read_gbs", roof->read_gbs},
-                       {"fp32_gflops", roof->fp32_gflops}};
+                       {"fp32_gflops", roof->fp32_gflops},
+                       {"int8_gops", roof->int8_gops}};
     }
     if (as_json) {
       std::cout << j.dump() << std::endl;
@@ -349,10 +369,11 @@ int main(int argc, char** argv) {
     };
     std::printf("qhx_bench: %s (median of %d run%s, %lld decode steps, threads %d)\n", j["bundle"].get<std::string>().c_str(),
                 runs, runs == 1 ? "" : "s", static_cast<long long>(decode_steps), threads_used);
-    std::printf("  %-34s %10.1f ms   (%lld image tokens, %.1f GFLOP)   fraction of fp32 peak %s\n", "vision encode 512x512",
-                vis, static_cast<long long>(image_tokens), vision_flops / 1e9, frac(frac_vision).c_str());
-    std::printf("  %-34s %10.2f tok/s (%.1f ms)   fraction of fp32 peak %s\n", "prefill 320 tokens", prefill_tok_s, pre,
-                frac(frac_prefill).c_str());
+    std::printf("  %-34s %10.1f ms   (%lld image tokens, %.1f GFLOP)   fraction of %s peak %s\n", "vision encode 512x512",
+                vis, static_cast<long long>(image_tokens), vision_flops / 1e9, vis_int8 ? "int8" : "fp32",
+                frac(frac_vision).c_str());
+    std::printf("  %-34s %10.2f tok/s (%.1f ms)   fraction of %s peak %s\n", "prefill 320 tokens", prefill_tok_s, pre,
+                llm_int8 ? "int8" : "fp32", frac(frac_prefill).c_str());
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s\n", "decode at 512 context", dec512,
                 decode_tok_s, frac(frac_decode).c_str());
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)\n", "decode at 1024 context", dec1024, 1000.0 / dec1024);
@@ -361,8 +382,8 @@ int main(int argc, char** argv) {
     std::printf("  %-34s %10.1f MB\n", "peak RSS", j["peak_rss_mb"].get<double>());
     std::printf("  %-34s %10.1f MB\n", "weight bytes per decoded token", bytes_per_token / 1e6);
     if (roof)
-      std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s\n", roof->threads, roof->read_gbs,
-                  roof->fp32_gflops);
+      std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s, int8 %.1f GOP/s\n", roof->threads,
+                  roof->read_gbs, roof->fp32_gflops, roof->int8_gops);
     else
       std::printf("  machine limits: n/a (no roofline JSON; scripts/bench.sh measures them)\n");
     std::printf("  wall time %.1f s\n", wall_s);

@@ -46,6 +46,7 @@ struct GraphBlob {
   nlohmann::json spec;        // the whole manifest entry
   std::int64_t context_length = 0;
   std::int64_t max_tokens_per_call = 0;  // the prefill chunk: the largest T one execute() sees
+  std::int64_t manifest_version = 0;     // the plan's qhexrt_manifest (a key's default may depend on it)
 };
 
 // A graph a backend has prepared. Inputs and outputs are passed in the order

@@ -35,9 +35,19 @@ nlohmann::json common(const BundleFiles& f, const std::string& name) {
           {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}}};
 }
 
+// w8 graphs say how they compute: "int8" (the default, stated so a user sees the
+// knob) quantizes activations per row; "f32" keeps them exact (docs/manifest.md).
+void add_activations(const BundleFiles& f, nlohmann::json& graph) {
+  if (f.weights == "w8") graph["activations"] = "int8";
+}
+
 nlohmann::json llm_graphs(const BundleFiles& f) {
-  return {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", "config.json"}, {"weights", f.llm}}},
-          {"lm_head", {{"backend", "cpu"}, {"kind", "linear"}, {"weights", f.lm_head}, {"tensor", "lm_head.weight"}}}};
+  nlohmann::json g = {
+      {"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", "config.json"}, {"weights", f.llm}}},
+      {"lm_head", {{"backend", "cpu"}, {"kind", "linear"}, {"weights", f.lm_head}, {"tensor", "lm_head.weight"}}}};
+  add_activations(f, g["llm"]);
+  add_activations(f, g["lm_head"]);
+  return g;
 }
 
 nlohmann::json table(const std::string& file, const std::string& tensor) { return {{"file", file}, {"tensor", tensor}}; }
@@ -54,6 +64,7 @@ nlohmann::json vlm_manifest(const BundleFiles& f) {
   m["graphs"] = llm_graphs(f);
   m["graphs"]["vision"] = {
       {"backend", "cpu"}, {"kind", "qwen3vl.vision_encoder"}, {"config", "config.json"}, {"weights", f.vision}};
+  add_activations(f, m["graphs"]["vision"]);
   m["stages"] = qwen3vl_vlm_stages();
   return m;
 }

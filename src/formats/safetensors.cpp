@@ -23,29 +23,6 @@ namespace {
 constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr std::size_t kLengthPrefixBytes = 8;
 
-struct DTypeName {
-  std::string_view name;
-  DType dtype;
-  std::size_t size;
-};
-
-constexpr DTypeName kDTypes[] = {
-    {"F32", DType::F32, 4}, {"F16", DType::F16, 2}, {"BF16", DType::BF16, 2}, {"I8", DType::I8, 1},
-    {"U8", DType::U8, 1},   {"I32", DType::I32, 4}, {"I64", DType::I64, 8},
-};
-
-const DTypeName* lookup_dtype(std::string_view name) {
-  for (const auto& d : kDTypes)
-    if (d.name == name) return &d;
-  return nullptr;
-}
-
-const DTypeName& dtype_entry(DType dt) {
-  for (const auto& d : kDTypes)
-    if (d.dtype == dt) return d;
-  fail("qhx::DType: invalid enumerator ", static_cast<int>(dt));
-}
-
 // Little-endian regardless of the host, as the format specifies.
 std::uint64_t read_le_u64(const std::byte* p) {
   std::uint64_t v = 0;
@@ -72,9 +49,9 @@ DType parse_dtype(const HeaderContext& ctx, const std::string& name, const Json&
   if (it == entry.end()) tensor_fail(ctx, name, "missing \"dtype\"");
   if (!it->is_string()) tensor_fail(ctx, name, cat("\"dtype\" must be a string, got ", it->type_name()));
   const auto& s = it->get_ref<const std::string&>();
-  const DTypeName* d = lookup_dtype(s);
-  if (d == nullptr) tensor_fail(ctx, name, cat("unsupported dtype '", s, "' (supported: F32 F16 BF16 I8 U8 I32 I64)"));
-  return d->dtype;
+  const std::optional<DType> d = dtype_from_name(s);
+  if (!d) tensor_fail(ctx, name, cat("unsupported dtype '", s, "' (supported: F32 F16 BF16 I8 U8 I32 I64)"));
+  return *d;
 }
 
 std::vector<std::int64_t> parse_shape(const HeaderContext& ctx, const std::string& name, const Json& entry) {
@@ -215,9 +192,7 @@ void check_no_overlap(const fs::path& path, const std::vector<TensorView>& tenso
 
 }  // namespace
 
-std::size_t dtype_size(DType dt) { return dtype_entry(dt).size; }
 
-std::string_view dtype_name(DType dt) { return dtype_entry(dt).name; }
 
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;

@@ -59,7 +59,8 @@ auto in_manifest(const Manifest& m, const std::string& what, Fn&& fn) {
 }
 
 void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg) {
-  GraphBlob blob{name, mg.kind, res.manifest.dir, mg.spec, res.manifest.context_length, res.manifest.prefill_chunk};
+  GraphBlob blob{name,           mg.kind, res.manifest.dir, mg.spec, res.manifest.context_length,
+                 res.manifest.prefill_chunk, res.manifest.version};
   Graph g;
   g.name = name;
   g.delegate = create_delegate(mg.backend, blob);

@@ -50,7 +50,7 @@ TEST(Manifest, ParsesAValidPlan) {
 
 TEST(Manifest, VersionRule) {
   auto j = valid();
-  j["qhexrt_manifest"] = 2;
+  j["qhexrt_manifest"] = kManifestVersion + 1;
   expect_manifest_error(j, {"qhexrt_manifest", "needs a newer QHexRT"});
   j.erase("qhexrt_manifest");
   expect_manifest_error(j, {"qhexrt_manifest", "missing"});

@@ -13,7 +13,11 @@ KernelPlan kernel_plan(const GraphBlob& blob) {
   KernelPlan plan;
   plan.kernels = &active_kernels();
   const auto it = blob.spec.find("activations");
-  if (it == blob.spec.end()) return plan;
+  if (it == blob.spec.end()) {
+    // Version 1 plans predate the key and computed in f32: they keep doing so.
+    plan.int8_activations = blob.manifest_version >= 2;
+    return plan;
+  }
   if (!it->is_string() || (*it != "int8" && *it != "f32"))
     fail("graph \"", blob.name, "\": \"activations\" must be \"int8\" or \"f32\", not ", it->dump());
   plan.int8_activations = *it == "int8";

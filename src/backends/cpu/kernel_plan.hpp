@@ -2,6 +2,8 @@
 // manifest entry once at init (docs/manifest.md, "activations"):
 //   "activations": "int8"  w8 matrices take the int8 path (int8_matmul.hpp):
 //                          activations quantized per row at run time; the default
+//                          (manifest version 2 and later; version 1 plans, which
+//                          predate the key, keep f32)
 //                  "f32"   every matrix is widened to f32 in registers: exact
 //                          with respect to the stored weights, slower
 // Matrices of other formats always compute in f32.

@@ -652,7 +652,12 @@ std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
   const std::int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
-  if (t >= 8 && d % (4 * N) == 0) {  // many queries: the blocked path
+  // Each path gives a query row the same arithmetic whatever else is in the
+  // call, but the paths differ from each other in summation order; causal
+  // attention (a decoder, whose prompt may arrive in chunks or one token at a
+  // time) therefore never switches path with t, so chunked prefill equals a
+  // single pass bit for bit. The blocked path serves many non-causal queries (vision).
+  if (!causal && t >= 8 && d % (4 * N) == 0) {
     const std::int64_t ldk = (n + 2 * N - 1) / (2 * N) * (2 * N);
     thread_local std::vector<float> kt;  // grows to the largest call, then is reused
     if (kt.size() < static_cast<std::size_t>(hkv * d * ldk)) kt.resize(static_cast<std::size_t>(hkv * d * ldk));

@@ -4,11 +4,20 @@
 // like the reference kernels (kernels_ref.hpp), but in a different summation
 // order, and pass the same suite (tests/cpp/test_kernels.cpp).
 //
-//   linear      per weight format, parallel over output rows; each weight row
-//               is dequantized in registers (never to memory) and, for m > 1,
-//               used for up to 4 activation rows per pass over a tile of
+//   linear      w8 matrices on the int8 path (int8_matmul.hpp): activations
+//               quantized per row, weights repacked at load (`pack`) into panels
+//               for the CPU's int8 kernel (AVX-512 VNNI, NEON dotprod, or portable).
+//               Every other case per weight format, parallel over output rows; each
+//               weight row is dequantized in registers (never to memory) and, for
+//               m > 1, used for up to 4 activation rows per pass over a tile of
 //               activation rows that stays in L2
-//   attention   parallel over (query, head); vectorized dots and exp
+//   attention   many non-causal queries (vision): blocks of 8 queries, S = Q·Kᵀ
+//               with K transposed per KV head, softmax, O = P·V, register-tiled;
+//               causal (decoder prefill and decode, any number of queries): the
+//               query heads of one KV head together, each key/value row read once,
+//               the outputs kept in registers; other head sizes: parallel over
+//               (query, head). A causal call's rows never depend on how many
+//               queries share the call (chunked prefill == one pass, bit for bit)
 //   rms_norm, layer_norm, silu_mul, gelu_tanh, add_inplace, rope_rotate_half
 //               vectorized (contrib/math Exp and Tanh: 1-2 ulp)
 //   gelu_erf, gather_rows   the reference functions

@@ -16,9 +16,13 @@
 namespace qhx::cpu {
 namespace {
 
+// A spin-wait hint to the core, not a system call (a sched_yield per spin
+// would make the spin cost tens of milliseconds, e.g. under qemu).
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  asm volatile("yield" ::: "memory");
 #else
   std::this_thread::yield();
 #endif
