@@ -53,7 +53,11 @@ APT_PACKAGES+=(
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"
-  have="$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$name" 2>/dev/null || true)"
+  # With arm64 added, a Multi-Arch: same package lists once per architecture:
+  # an unqualified name means the native one (or the arch-independent one).
+  [[ "$name" == *:* ]] && want_pkg="$name" || want_pkg="$name:$(dpkg --print-architecture)"
+  have="$(dpkg-query -W -f='${binary:Package} ${db:Status-Status} ${Version}\n' "$name" 2>/dev/null |
+    awk -v a="$name" -v b="$want_pkg" '$1 == a || $1 == b { $1 = ""; sub(/^ /, ""); print; exit }' || true)"
   if [ "$name" = "$p" ]; then [[ "$have" == "installed "* ]] || missing+=("$p")
   else [ "$have" = "installed ${p#*=}" ] || missing+=("$p"); fi
 done
