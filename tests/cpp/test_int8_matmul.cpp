@@ -144,10 +144,150 @@ TEST(Int8Matmul, QuantizationRoundsHalfToEvenAndPads) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int>(q[i]), want[i] + 128) << i;
 }
 
+// ---- w4 on the int8 path ----------------------------------------------------
+
+struct DataW4 {
+  std::vector<float> x, b, sw;         // sw [n, k / 32]
+  std::vector<std::uint8_t> packed;    // [n, k / 2]: column 2j low nibble, 2j + 1 high, two's complement
+  std::vector<int> qw;                 // [n, k] the same values, for the contract
+  WeightMatrix w;
+};
+
+DataW4 make_w4(const Case& c, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> qd(-8, 7);
+  DataW4 d;
+  d.x.resize(static_cast<std::size_t>(c.m * c.k));
+  for (auto& v : d.x) v = nd(rng) * 3.0f;
+  d.b.resize(static_cast<std::size_t>(c.n));
+  for (auto& v : d.b) v = nd(rng);
+  d.sw.resize(static_cast<std::size_t>(c.n * c.k / 32));
+  for (auto& v : d.sw) v = std::abs(nd(rng)) * 0.1f + 1e-3f;
+  d.qw.resize(static_cast<std::size_t>(c.n * c.k));
+  for (auto& v : d.qw) v = qd(rng);
+  d.qw[0] = -8;  // the extremes of the nibble range
+  d.qw.back() = 7;
+  d.packed.assign(static_cast<std::size_t>(c.n * c.k / 2), 0);
+  for (int r = 0; r < c.n; ++r)
+    for (int t = 0; t < c.k; ++t)
+      d.packed[static_cast<std::size_t>(r * c.k / 2 + t / 2)] |=
+          static_cast<std::uint8_t>((d.qw[r * c.k + t] & 0xF) << (4 * (t % 2)));
+  d.w = WeightMatrix::w4(d.packed.data(), d.sw.data(), c.n, c.k);
+  d.w.int8_activations = true;
+  return d;
+}
+
+// The w4 contract of int8_matmul.hpp, written from its text.
+std::vector<float> contract_w4(const DataW4& d, const Case& c, bool bias) {
+  std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
+  const int groups = c.k / 32;
+  for (int i = 0; i < c.m; ++i) {
+    float amax = 0.0f;
+    for (int t = 0; t < c.k; ++t) amax = std::max(amax, std::abs(d.x[i * c.k + t]));
+    const float sx = amax / 127.0f;
+    std::vector<int> q(static_cast<std::size_t>(c.k), 0);
+    for (int t = 0; t < c.k && amax > 0.0f; ++t)
+      q[t] = static_cast<int>(std::clamp(std::nearbyint(d.x[i * c.k + t] * (127.0f / amax)), -127.0f, 127.0f));
+    for (int r = 0; r < c.n; ++r) {
+      float acc = 0.0f;
+      for (int g = 0; g < groups; ++g) {
+        int isum = 0;
+        for (int t = 32 * g; t < 32 * g + 32; ++t) isum += q[t] * d.qw[r * c.k + t];
+        acc = std::fma(static_cast<float>(isum), sx * d.sw[r * groups + g], acc);
+      }
+      y[i * c.n + r] = acc + (bias ? d.b[r] : 0.0f);
+    }
+  }
+  return y;
+}
+
+const Case kW4Cases[] = {{1, 1, 32},   {1, 16, 64},   {3, 33, 32},  {5, 50, 128}, {8, 48, 96},
+                         {9, 49, 160}, {17, 5, 256},  {1, 100, 2048}, {4, 70, 64}};
+
+TEST(Int8MatmulW4, ReferenceFollowsTheContract) {
+  std::mt19937 rng(23);
+  for (const Case& c : kW4Cases) {
+    const DataW4 d = make_w4(c, rng);
+    for (const bool bias : {true, false}) {
+      std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
+      ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
+      expect_bitwise(y, contract_w4(d, c, bias), "reference w4 " + std::to_string(c.m) + "x" + std::to_string(c.n) +
+                                                     "x" + std::to_string(c.k));
+    }
+  }
+}
+
+TEST(Int8MatmulW4, EveryPackedKernelEqualsTheReference) {
+  std::mt19937 rng(29);
+  for (const int threads : {1, 2}) {
+    set_threads(threads);
+    for (const Case& c : kW4Cases) {
+      const DataW4 d = make_w4(c, rng);
+      for (const bool bias : {true, false}) {
+        std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
+        ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, want.data());
+        for (const Int8Kernel* k : int8_kernels_available()) {
+          const auto packed = pack_i8(d.w, *k);
+          std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
+          linear_i8_packed(d.x.data(), c.m, *packed, bias ? d.b.data() : nullptr, y.data());
+          expect_bitwise(y, want, std::string(k->name) + " w4 " + std::to_string(c.m) + "x" + std::to_string(c.n) +
+                                      "x" + std::to_string(c.k) + " threads " + std::to_string(threads));
+        }
+      }
+    }
+  }
+  set_threads(0);
+}
+
+TEST(Int8MatmulW4, KernelSetsRunPreparedMatrices) {
+  std::mt19937 rng(31);
+  for (const KernelSet* ks : {&reference_kernels(), &fast_kernels()}) {
+    for (const Case& c : kW4Cases) {
+      DataW4 d = make_w4(c, rng);
+      std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
+      ref::linear(d.x.data(), c.m, d.w, d.b.data(), want.data());
+      d.w.packed = ks->pack(d.w);
+      std::vector<float> y(want.size());
+      ks->linear(d.x.data(), c.m, d.w, d.b.data(), y.data());
+      expect_bitwise(y, want, std::string(ks->name) + " w4");
+    }
+  }
+}
+
+TEST(Int8Matmul, EveryQuantizerEqualsTheReference) {
+  // Rows of odd lengths with the awkward values: exact ties, zeros, ±inf, NaN, denormals.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int k : {1, 7, 16, 33, 100}) {
+    const int m = 6, ldq = (k + 63) / 64 * 64;
+    std::vector<float> x(static_cast<std::size_t>(m * k));
+    for (auto& v : x) v = nd(rng);
+    for (int c = 0; c < k; ++c) x[c] = static_cast<float>(c % 5) * 0.5f * (c % 2 ? -1.0f : 1.0f);  // ties at amax 2
+    std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);
+    x[2 * k] = inf;
+    x[3 * k + k / 2] = nan;
+    x[4 * k] = -inf;
+    x[5 * k] = 1e-40f;
+    for (const Int8Kernel* kern : int8_kernels_available()) {
+      std::vector<std::uint8_t> want(static_cast<std::size_t>(m * ldq)), got(want.size(), 0xAB);
+      std::vector<float> ws(static_cast<std::size_t>(m)), gs(ws.size());
+      quantize_rows_q8(x.data(), m, k, ldq, kern->offset, want.data(), ws.data());
+      kern->quantize(x.data(), m, k, ldq, kern->offset, got.data(), gs.data());
+      EXPECT_EQ(got, want) << kern->name << " k " << k;
+      for (int i = 0; i < m; ++i)
+        EXPECT_EQ(std::memcmp(&gs[i], &ws[i], 4), 0) << kern->name << " k " << k << " row " << i;
+    }
+  }
+}
+
 TEST(Int8Matmul, PackingRejectsWhatItCannotRun) {
-  std::vector<float> f(4);
+  std::vector<float> f(4), s_for_w4(1, 1.0f);
   const WeightMatrix wf{.data = f.data(), .dtype = DType::F32, .rows = 2, .cols = 2};
   EXPECT_THROW(pack_i8(wf, int8_kernel_portable()), std::exception);
+  std::vector<std::uint8_t> nib(8);
+  const WeightMatrix w4_odd = WeightMatrix::w4(nib.data(), s_for_w4.data(), 1, 16);  // 16 columns: not a w4 group
+  EXPECT_THROW(pack_i8(w4_odd, int8_kernel_portable()), std::exception);
   std::vector<std::int8_t> q(2);
   std::vector<float> s(1, 1.0f);
   const WeightMatrix wide = WeightMatrix::w8(q.data(), s.data(), 1, kInt8MaxCols + 1);

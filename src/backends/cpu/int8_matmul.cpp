@@ -83,7 +83,35 @@ void gemm_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, cons
   }
 }
 
-const Int8Kernel kPortable{"portable", 16, 0, gemm_portable};
+// The w4 contract over the w4 packed layout in plain C++ (P = 16).
+void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                      const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                      std::int64_t p0, std::int64_t p1) {
+  constexpr int P = 16;
+  for (std::int64_t p = p0; p < p1; ++p) {
+    const std::int64_t r0 = p * P, nr = std::min<std::int64_t>(P, w.rows - r0);
+    for (std::int64_t i = 0; i < m; ++i) {
+      const auto* qi = reinterpret_cast<const std::int8_t*>(q + i * ldq);
+      float acc[P] = {};
+      for (std::int64_t g = 0; g < w.groups; ++g) {
+        const auto* blk = reinterpret_cast<const std::uint8_t*>(w.data.get()) + (p * w.groups + g) * 256;
+        std::int32_t isum[P] = {};
+        for (int j = 0; j < 4; ++j)
+          for (int jr = 0; jr < P; ++jr)
+            for (int t = 0; t < 4; ++t) {
+              const std::uint8_t b = blk[j * 64 + jr * 4 + t];
+              isum[jr] += (b & 0xF) * qi[32 * g + 8 * j + t] + (b >> 4) * qi[32 * g + 8 * j + 4 + t];
+            }
+        const float* sw = w.scales.get() + (p * w.groups + g) * P;
+        for (int jr = 0; jr < P; ++jr)
+          acc[jr] = std::fma(static_cast<float>(isum[jr] - 8 * xsum[i * w.groups + g]), sx[i] * sw[jr], acc[jr]);
+      }
+      for (std::int64_t jr = 0; jr < nr; ++jr) y[i * ldy + r0 + jr] = acc[jr] + (bias ? bias[r0 + jr] : 0.0f);
+    }
+  }
+}
+
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8};
 
 }  // namespace
 
@@ -107,9 +135,57 @@ const Int8Kernel& int8_kernel_best() {
   return best;
 }
 
+namespace {
+
+// w4 (two's complement nibbles, [rows, cols / 2] bytes) into the w4 panel layout.
+std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel& kernel) {
+  if (w.cols % kW4GroupSize != 0) fail("pack_i8: a w4 matrix needs a multiple of 32 columns, not ", w.cols);
+  constexpr int P = 16;
+  auto out = std::make_shared<PackedI8>();
+  out->rows = w.rows;
+  out->cols = w.cols;
+  out->k4 = w.cols / 4;
+  out->panels = (w.rows + P - 1) / P;
+  out->panel = P;
+  out->kernel = &kernel;
+  out->bits = 4;
+  out->groups = w.cols / kW4GroupSize;
+  const std::int64_t G = out->groups;
+  out->data = aligned_array<std::int8_t>(out->panels * G * 256);
+  out->scales = aligned_array<float>(out->panels * G * P);
+  auto* dst = reinterpret_cast<std::uint8_t*>(out->data.get());
+  float* scales = out->scales.get();
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  const std::int64_t rows = w.rows, half = w.cols / 2;
+  parallel_for(out->panels, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t p = b; p < e; ++p)
+      for (int jr = 0; jr < P; ++jr) {
+        const std::int64_t r = p * P + jr;
+        for (std::int64_t g = 0; g < G; ++g) {
+          scales[(p * G + g) * P + jr] = r < rows ? w.scales[r * G + g] : 0.0f;
+          for (int j = 0; j < 4; ++j)
+            for (int t = 0; t < 4; ++t) {
+              std::uint8_t byte = 0x88;  // both nibbles 0 + 8 past the last row
+              if (r < rows) {
+                const std::int64_t c_lo = 32 * g + 8 * j + t, c_hi = c_lo + 4;
+                const int lo = w4_nibble(src[r * half + c_lo / 2], static_cast<int>(c_lo & 1)) + 8;
+                const int hi = w4_nibble(src[r * half + c_hi / 2], static_cast<int>(c_hi & 1)) + 8;
+                byte = static_cast<std::uint8_t>(lo | (hi << 4));
+              }
+              dst[(p * G + g) * 256 + j * 64 + jr * 4 + t] = byte;
+            }
+        }
+      }
+  });
+  return out;
+}
+
+}  // namespace
+
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel) {
+  if (w.dtype == DType::U8 && w.scales != nullptr) return pack_w4(w, kernel);
   if (w.dtype != DType::I8 || w.scales == nullptr)
-    fail("pack_i8: a ", weight_format_name(w), " matrix is not w8 (int8 with per-row scales)");
+    fail("pack_i8: a ", weight_format_name(w), " matrix is neither w8 nor w4");
   if (w.cols > kInt8MaxCols)
     fail("pack_i8: ", w.cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
   auto out = std::make_shared<PackedI8>();
@@ -159,8 +235,23 @@ std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel&
   return out;
 }
 
+namespace {
+
+// sums[g] = Σ of the signed bytes q[32g .. 32g + 31].
+void group_sums(const std::uint8_t* q, std::int64_t groups, std::int32_t* sums) {
+  const auto* s8 = reinterpret_cast<const std::int8_t*>(q);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::int32_t s = 0;
+    for (int t = 0; t < 32; ++t) s += s8[32 * g + t];
+    sums[g] = s;
+  }
+}
+
+}  // namespace
+
 void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y) {
   const Int8Kernel& k = *w.kernel;
+  const int offset = w.bits == 4 ? 0 : k.offset;  // w4 kernels take signed activations
   const std::int64_t ldq = (w.k4 * 4 + 63) / 64 * 64;  // rows start on cache lines
   // Grows to the largest call once (the prefill chunk), then is reused: the
   // decode loop allocates nothing here.
@@ -169,16 +260,25 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
   if (q.size() < static_cast<std::size_t>(m * ldq)) q.resize(static_cast<std::size_t>(m * ldq));
   if (sx.size() < static_cast<std::size_t>(m)) sx.resize(static_cast<std::size_t>(m));
   const std::int64_t rows_per_task = std::max<std::int64_t>(1, 64 / std::max<std::int64_t>(1, m));
+  thread_local std::vector<std::int32_t> xsum;  // w4: [m, groups]
+  if (xsum.size() < static_cast<std::size_t>(m * w.groups)) xsum.resize(static_cast<std::size_t>(m * w.groups));
   // (The buffers are this thread's: workers get their pointers, not their own thread_locals.)
   std::uint8_t* qp = q.data();
   float* sp = sx.data();
+  std::int32_t* xs = xsum.data();
   parallel_for(m, rows_per_task, [&](std::int64_t b, std::int64_t e) {
-    quantize_rows_q8(x + b * w.cols, e - b, w.cols, ldq, k.offset, qp + b * ldq, sp + b);
+    k.quantize(x + b * w.cols, e - b, w.cols, ldq, offset, qp + b * ldq, sp + b);
+    if (w.bits == 4)
+      for (std::int64_t i = b; i < e; ++i) group_sums(qp + i * ldq, w.groups, xs + i * w.groups);
   });
   // About 64k multiply-adds per chunk at least, so a chunk is worth a hand-off.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, m * w.cols * w.panel));
+  const auto gemm_w4 = k.gemm_w4 != nullptr ? k.gemm_w4 : gemm_w4_portable;
   parallel_for(w.panels, grain, [&](std::int64_t b, std::int64_t e) {
-    k.gemm(qp, ldq, m, sp, w, bias, y, w.rows, b, e);
+    if (w.bits == 4)
+      gemm_w4(qp, ldq, m, sp, xs, w, bias, y, w.rows, b, e);
+    else
+      k.gemm(qp, ldq, m, sp, w, bias, y, w.rows, b, e);
   });
 }
 

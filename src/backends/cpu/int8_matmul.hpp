@@ -42,6 +42,17 @@ void quantize_rows_q8(const float* x, std::int64_t m, std::int64_t k, std::int64
 
 struct Int8Kernel;
 
+// w4 matrices take the int8 path too (same activation rows, signed: offset 0),
+// with the sum split at w4's groups of 32 columns:
+//   isum[i, r, g] = Σ_{k in group g} qx[i, k] · qw[r, k]               (exact, int32)
+//   acc = 0;  for g in order: acc = fma(float(isum[i, r, g]), sx_i · sw[r, g], acc)
+//   y[i, r] = acc + (bias[r] or 0)
+// Packed (P = 16 rows per panel, cols % 32 == 0), for panel p and group g, four
+// 64-byte vectors j = 0..3; byte (row jr, t) of vector j holds
+//   (qw[r, 32g + 8j + t] + 8) | (qw[r, 32g + 8j + 4 + t] + 8) << 4
+// i.e. nibbles stored as unsigned 0..15, so a kernel can multiply them as the
+// unsigned operand and subtract 8 · Σ_{k in g} qx[i, k] (the activation's group sum).
+
 // A w8 matrix repacked into panels for one Int8Kernel (see the layout above).
 struct PackedI8 {
   std::int64_t rows = 0, cols = 0;  // logical [rows, cols] of the source matrix
@@ -51,7 +62,10 @@ struct PackedI8 {
   const Int8Kernel* kernel = nullptr;
   std::shared_ptr<std::int8_t> data;  // [panels, k4, panel, 4], 64-byte aligned
   std::shared_ptr<std::int32_t> row_sums;  // [panels · panel]: Σ_k qw[r, k] (for offset activations)
-  std::shared_ptr<float> scales;           // [panels · panel]: sw_r, 0 past the last row
+  std::shared_ptr<float> scales;           // w8: [panels · panel]: sw_r, 0 past the last row;
+                                           // w4: [panels, groups, panel]: sw[r, g], 0 past the last row
+  int bits = 8;                            // 8: w8 layout; 4: w4 layout (above)
+  std::int64_t groups = 0;                 // w4: cols / 32
 };
 
 // One implementation of the packed product. `gemm` computes output rows
@@ -63,6 +77,14 @@ struct Int8Kernel {
   int offset;  // 0: activations as int8; 128: as q + 128 in uint8
   void (*gemm)(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
                const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1);
+  // The w4 product (layout above) for panels [p0, p1): q signed [m, ldq],
+  // xsum [m, groups] the group sums of q. Null: the portable one.
+  void (*gemm_w4)(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+                  const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1);
+  // quantize_rows_q8 with this kernel's offset, bit for bit (a vectorized one,
+  // or quantize_rows_q8 itself).
+  void (*quantize)(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, int offset, std::uint8_t* q,
+                   float* scales);
 };
 
 // Plain C++ over the packed layout, any CPU (P = 16, signed activations).
@@ -73,7 +95,7 @@ const Int8Kernel& int8_kernel_best();
 // Every implementation this CPU can run (for the shared kernel suite).
 std::vector<const Int8Kernel*> int8_kernels_available();
 
-// Repacks w (a w8 matrix) for `kernel`. Throws qhx::Error if w is not w8 or too wide.
+// Repacks w (a w8 or w4 matrix) for `kernel`. Throws qhx::Error if w is neither or too wide.
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel);
 
 // y [m, w.rows] by the contract, on the thread pool, through w's kernel.

@@ -158,6 +158,38 @@ __attribute__((always_inline)) inline void panel_m1(const std::uint8_t* q, const
   _mm512_mask_storeu_ps(y + r0, mask, _mm512_fmadd_ps(v, s, bv));
 }
 
+// quantize_rows_q8, 16 columns at a time, with the same float operations:
+// max |x| (a NaN never wins, as in std::max), x · (127 / amax) rounded half to
+// even (vrndscaleps), a NaN to 0, clamped to ±127, plus the offset, to bytes.
+void quantize(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, int offset, std::uint8_t* q,
+              float* scales) {
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i off = _mm512_set1_epi32(offset);
+  for (std::int64_t i = 0; i < m; ++i) {
+    const float* xr = x + i * k;
+    std::uint8_t* qr = q + i * ldq;
+    __m512 vmax = _mm512_setzero_ps();
+    for (std::int64_t c = 0; c < k; c += 16) {
+      const __mmask16 mask = k - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - c)) - 1u);
+      const __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, xr + c));
+      vmax = _mm512_max_ps(v, vmax);  // returns vmax when v is NaN
+    }
+    const float amax = _mm512_reduce_max_ps(vmax);
+    scales[i] = amax / 127.0f;
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    for (std::int64_t c = 0; c < k; c += 16) {
+      const __mmask16 mask = k - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - c)) - 1u);
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, xr + c), inv);
+      __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);  // NaN -> 0
+      r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+      const __m512i qi = _mm512_add_epi32(_mm512_cvtps_epi32(r), off);
+      _mm512_mask_cvtepi32_storeu_epi8(qr + c, mask, qi);
+    }
+    std::memset(qr + k, offset, static_cast<std::size_t>(ldq - k));
+  }
+}
+
 using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const PackedI8&, const float*, float*,
                         std::int64_t, std::int64_t, std::int64_t);
 
@@ -195,6 +227,94 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
   }
 }
 
+// ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
+// Per group of 32 columns: the nibbles of one 64-byte vector split into two
+// vectors of unsigned bytes (k4 steps 2j and 2j + 1), multiplied as vpdpbusd's
+// unsigned operand by broadcast signed activations; then 8 · (group sum of the
+// activations) comes off, and the group's int32 sums are scaled into f32.
+template <int MR, int NR>
+__attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::int64_t ldq, const float* sx,
+                                                   const std::int32_t* xsum, const PackedI8& w, const float* bias,
+                                                   float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+  const std::int64_t G = w.groups;
+  const auto* base = reinterpret_cast<const std::uint8_t*>(w.data.get());
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  __m512 facc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int jn = 0; jn < NR; ++jn) facc[i][jn] = _mm512_setzero_ps();
+  for (std::int64_t g = 0; g < G; ++g) {
+    __m512i acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int jn = 0; jn < NR; ++jn) acc[i][jn] = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      __m512i lo[NR], hi[NR];
+      for (int jn = 0; jn < NR; ++jn) {
+        const __m512i raw = _mm512_load_si512(base + ((p + jn) * G + g) * 256 + j * 64);
+        lo[jn] = _mm512_and_si512(raw, nib);
+        hi[jn] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+      }
+      for (int i = 0; i < MR; ++i) {
+        std::int32_t a0, a1;
+        std::memcpy(&a0, q + (i0 + i) * ldq + 32 * g + 8 * j, 4);
+        std::memcpy(&a1, q + (i0 + i) * ldq + 32 * g + 8 * j + 4, 4);
+        const __m512i v0 = _mm512_set1_epi32(a0), v1 = _mm512_set1_epi32(a1);
+        for (int jn = 0; jn < NR; ++jn) {
+          acc[i][jn] = _mm512_dpbusd_epi32(acc[i][jn], lo[jn], v0);
+          acc[i][jn] = _mm512_dpbusd_epi32(acc[i][jn], hi[jn], v1);
+        }
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512i corr = _mm512_set1_epi32(8 * xsum[(i0 + i) * G + g]);
+      const __m512 si = _mm512_set1_ps(sx[i0 + i]);
+      for (int jn = 0; jn < NR; ++jn) {
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][jn], corr));
+        const __m512 sc = _mm512_mul_ps(si, _mm512_load_ps(w.scales.get() + ((p + jn) * G + g) * kP));
+        facc[i][jn] = _mm512_fmadd_ps(v, sc, facc[i][jn]);
+      }
+    }
+  }
+  for (int jn = 0; jn < NR; ++jn) {
+    const std::int64_t r0 = (p + jn) * kP;
+    const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
+    for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + r0, mask, _mm512_add_ps(facc[i][jn], bv));
+  }
+}
+
+using TileW4Fn = void (*)(const std::uint8_t*, std::int64_t, const float*, const std::int32_t*, const PackedI8&,
+                          const float*, float*, std::int64_t, std::int64_t, std::int64_t);
+constexpr int kW4MaxMR = 4;
+constexpr int kW4MaxNR = 2;
+constexpr TileW4Fn kW4Tiles[kW4MaxMR][kW4MaxNR] = {{tile_w4<1, 1>, tile_w4<1, 2>},
+                                                   {tile_w4<2, 1>, tile_w4<2, 2>},
+                                                   {tile_w4<3, 1>, tile_w4<3, 2>},
+                                                   {tile_w4<4, 1>, tile_w4<4, 2>}};
+
+void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+             const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  if (m == 1) {  // decode: four panels per pass, each a sequential stream
+    std::int64_t p = p0;
+    for (; p + 4 <= p1; p += 4) tile_w4<1, 4>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
+    for (; p < p1; ++p) tile_w4<1, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
+    return;
+  }
+  const std::int64_t panel_bytes = w.groups * 256;
+  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / kW4MaxNR * kW4MaxNR;
+  if (block < kW4MaxNR) block = kW4MaxNR;
+  for (std::int64_t pb = p0; pb < p1; pb += block) {
+    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kW4MaxMR) {
+      const std::int64_t mr = m - i0 < kW4MaxMR ? m - i0 : kW4MaxMR;
+      for (std::int64_t p = pb; p < pe; p += kW4MaxNR) {
+        const std::int64_t nr = pe - p < kW4MaxNR ? pe - p : kW4MaxNR;
+        kW4Tiles[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qhx::cpu
 
@@ -204,7 +324,7 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_avx512vnni() {
-  static const Int8Kernel k{"avx512vnni", kP, 128, gemm};
+  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return ok ? &k : nullptr;

@@ -109,7 +109,7 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_neon_dotprod() {
-  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm};
+  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm, nullptr, quantize_rows_q8};  // w4: the portable kernel
   static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
   return ok ? &k : nullptr;
 }

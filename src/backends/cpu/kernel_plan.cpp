@@ -25,9 +25,10 @@ KernelPlan kernel_plan(const GraphBlob& blob) {
 }
 
 void prepare(const KernelPlan& plan, WeightMatrix& w) {
-  w.int8_activations = plan.int8_activations && w.dtype == DType::I8;
+  w.int8_activations = plan.int8_activations && (w.dtype == DType::I8 || w.dtype == DType::U8);
   w.packed = plan.kernels->pack(w);
-  if (w.packed != nullptr) release_pages(w.data, static_cast<std::size_t>(w.rows * w.cols));
+  const std::int64_t stored_cols = w.dtype == DType::U8 ? w.cols / 2 : w.cols;
+  if (w.packed != nullptr) release_pages(w.data, static_cast<std::size_t>(w.rows * stored_cols));
 }
 
 void release_pages(const void* data, std::size_t bytes) {

@@ -1,6 +1,6 @@
 // How a CPU graph's weight matrices meet the kernels, read from the graph's
 // manifest entry once at init (docs/manifest.md, "activations"):
-//   "activations": "int8"  w8 matrices take the int8 path (int8_matmul.hpp):
+//   "activations": "int8"  w8 and w4 matrices take the int8 path (int8_matmul.hpp):
 //                          activations quantized per row at run time; the default
 //                          (manifest version 2 and later; version 1 plans, which
 //                          predate the key, keep f32)

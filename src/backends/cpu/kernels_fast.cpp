@@ -231,6 +231,24 @@ HWY_INLINE float Sum(const float* a, std::int64_t n) {
   return s;
 }
 
+// p[j] = exp(p[j] − max_s) for j < n, in place; returns their sum (vector lanes
+// first, then the tail in order: every attention path sums the same way).
+HWY_INLINE float ExpShiftSum(float* p, std::int64_t n, float max_s) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const VF vmax = hn::Set(df, max_s);
+  VF vsum = hn::Zero(df);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, p + j), vmax));
+    hn::StoreU(ex, df, p + j);
+    vsum = hn::Add(vsum, ex);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; j < n; ++j) sum += (p[j] = std::exp(p[j] - max_s));
+  return sum;
+}
+
 // ---- attention ----------------------------------------------------------------
 
 // Tasks [b, e) of t * hq (query i = task / hq, head h = task % hq); p: n floats.
@@ -251,23 +269,11 @@ void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t
       p[j] = Dot(qi, k + (j * hkv + kvh) * d, d) * scale;
       max_s = std::max(max_s, p[j]);
     }
-    const VF vmax = hn::Set(df, max_s);
-    VF vsum = hn::Zero(df);
-    std::int64_t j = 0;
-    for (; j + N <= visible; j += N) {
-      const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, p + j), vmax));
-      hn::StoreU(ex, df, p + j);
-      vsum = hn::Add(vsum, ex);
-    }
-    float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-    for (; j < visible; ++j) {
-      p[j] = std::exp(p[j] - max_s);
-      sum += p[j];
-    }
+    const float sum = ExpShiftSum(p, visible, max_s);
     float* o = out + (i * hq + h) * d;
     std::fill(o, o + d, 0.0f);
     const float inv = 1.0f / sum;
-    for (j = 0; j < visible; ++j) {
+    for (std::int64_t j = 0; j < visible; ++j) {
       const float wj = p[j] * inv;
       const float* vj = v + (j * hkv + kvh) * d;
       const VF vw = hn::Set(df, wj);
@@ -311,18 +317,7 @@ void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t
   }
   float inv[HB];
   for (int g = 0; g < HB; ++g) {
-    float* pg = p + g * n;
-    const VF vmax = hn::Set(df, max_s[g]);
-    VF vsum = hn::Zero(df);
-    std::int64_t j = 0;
-    for (; j + N <= visible; j += N) {
-      const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, pg + j), vmax));
-      hn::StoreU(ex, df, pg + j);
-      vsum = hn::Add(vsum, ex);
-    }
-    float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-    for (; j < visible; ++j) sum += (pg[j] = std::exp(pg[j] - max_s[g]));
-    inv[g] = 1.0f / sum;
+    inv[g] = 1.0f / ExpShiftSum(p + g * n, visible, max_s[g]);
   }
   VF o[HB][NV];
   for (int g = 0; g < HB; ++g)
@@ -423,18 +418,8 @@ void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const fl
       const std::int64_t visible = causal ? std::min(n, start + i0 + i + 1) : n;
       float max_s = -std::numeric_limits<float>::infinity();
       for (std::int64_t j = 0; j < visible; ++j) max_s = std::max(max_s, p[j]);
-      const VF vmax = hn::Set(df, max_s);
-      VF vsum = hn::Zero(df);
-      std::int64_t j = 0;
-      for (; j + N <= visible; j += N) {
-        const VF ex = hn::Exp(df, hn::Sub(hn::LoadU(df, p + j), vmax));
-        hn::StoreU(ex, df, p + j);
-        vsum = hn::Add(vsum, ex);
-      }
-      float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-      for (; j < visible; ++j) sum += (p[j] = std::exp(p[j] - max_s));
-      const float inv = 1.0f / sum;
-      for (j = 0; j < visible; ++j) p[j] *= inv;
+      const float inv = 1.0f / ExpShiftSum(p, visible, max_s);
+      for (std::int64_t j = 0; j < visible; ++j) p[j] *= inv;
       std::fill(p + visible, p + nk, 0.0f);
     }
     for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {  // O = P·V, 4 rows × 4 vectors of d at a time
@@ -645,7 +630,8 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
 }
 
 std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
-  if (!w.int8_activations || w.dtype != DType::I8 || w.cols > kInt8MaxCols) return nullptr;
+  if (!w.int8_activations || w.cols > kInt8MaxCols) return nullptr;
+  if (w.dtype != DType::I8 && !(w.dtype == DType::U8 && w.cols % kW4GroupSize == 0)) return nullptr;
   return pack_i8(w, int8_kernel_best());
 }
 

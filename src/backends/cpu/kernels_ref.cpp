@@ -79,8 +79,34 @@ float dot(const float* a, const float* b, std::int64_t n) {
 namespace {
 
 // The int8 path's contract (int8_matmul.hpp), straight from its definition.
+void linear_int8_w4(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  if (w.cols % kW4GroupSize != 0) fail("linear: a w4 matrix needs a multiple of 32 columns, not ", w.cols);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(m * w.cols));
+  std::vector<float> sx(static_cast<std::size_t>(m));
+  quantize_rows_q8(x, m, w.cols, w.cols, 0, q.data(), sx.data());
+  const auto* packed = static_cast<const std::uint8_t*>(w.data);
+  const std::int64_t groups = w.cols / kW4GroupSize;
+  for (std::int64_t n = 0; n < w.rows; ++n) {
+    for (std::int64_t i = 0; i < m; ++i) {
+      const auto* qx = reinterpret_cast<const std::int8_t*>(q.data() + i * w.cols);
+      float acc = 0.0f;
+      for (std::int64_t g = 0; g < groups; ++g) {
+        std::int32_t isum = 0;
+        for (std::int64_t c = g * kW4GroupSize; c < (g + 1) * kW4GroupSize; ++c)
+          isum += static_cast<std::int32_t>(qx[c]) * w4_nibble(packed[n * (w.cols / 2) + c / 2], static_cast<int>(c & 1));
+        acc = std::fma(static_cast<float>(isum), sx[static_cast<std::size_t>(i)] * w.scales[n * groups + g], acc);
+      }
+      y[i * w.rows + n] = acc + (bias != nullptr ? bias[n] : 0.0f);
+    }
+  }
+}
+
 void linear_int8(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
-  if (w.dtype != DType::I8) fail("linear: int8 activations need a w8 matrix, not ", weight_format_name(w));
+  if (w.dtype == DType::U8) {
+    linear_int8_w4(x, m, w, bias, y);
+    return;
+  }
+  if (w.dtype != DType::I8) fail("linear: int8 activations need a w8 or w4 matrix, not ", weight_format_name(w));
   if (w.cols > kInt8MaxCols) fail("linear: ", w.cols, " input features exceed the int8 limit of ", kInt8MaxCols);
   std::vector<std::uint8_t> q(static_cast<std::size_t>(m * w.cols));
   std::vector<float> sx(static_cast<std::size_t>(m));

@@ -18,7 +18,7 @@
 // `cols` is always the logical number of input features (a w4 row holds
 // cols / 2 bytes, and w4 needs cols % 32 == 0).
 //
-// A w8 matrix may also ask for the int8 path (`int8_activations`): linear then
+// A w8 or w4 matrix may also ask for the int8 path (`int8_activations`): linear then
 // quantizes each activation row to int8 and multiplies integers, by the
 // contract in int8_matmul.hpp, instead of widening the weights to f32. A
 // kernel set may keep a repacked copy of such a matrix in `packed`.
@@ -44,7 +44,7 @@ struct WeightMatrix {
   std::int64_t rows = 0;          // output features
   std::int64_t cols = 0;          // input features
   const float* scales = nullptr;  // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
-  bool int8_activations = false;  // w8 only: the int8 path (see above)
+  bool int8_activations = false;  // w8 and w4 only: the int8 path (see above)
   std::shared_ptr<const PackedI8> packed = nullptr;  // the kernel set's repacked copy, or null
 
   static WeightMatrix w8(const std::int8_t* q, const float* row_scales, std::int64_t rows, std::int64_t cols) {
