@@ -136,9 +136,13 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
 
 Runtime& Runtime::get() {
   static std::mutex m;
-  static std::unique_ptr<Runtime> rt;
+  // Never destroyed: at exit the QAIRT libraries tear down their own state first
+  // (their destructors were registered after this static's), so freeing the
+  // backend then would read freed memory (AddressSanitizer caught it). The
+  // backend lives as long as the process; the pointer keeps it reachable.
+  static Runtime* rt = nullptr;
   std::lock_guard lock(m);
-  if (!rt) rt = load(library_search_dirs());  // a failure is retried on the next call
+  if (rt == nullptr) rt = load(library_search_dirs()).release();  // a failure is retried on the next call
   return *rt;
 }
 
