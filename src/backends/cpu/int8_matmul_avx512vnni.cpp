@@ -283,6 +283,61 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
   }
 }
 
+// Decode (one activation row) over four w4 panels: four sequential streams,
+// two accumulator chains per panel (low and high nibbles), named variables and
+// one-instruction asm so GCC keeps every accumulator in a register (see tile_8x3).
+#define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+void tile_w4_1x4(const std::uint8_t* q, const float* sx, const std::int32_t* xsum, const PackedI8& w,
+                 const float* bias, float* y, std::int64_t p) {
+  const std::int64_t G = w.groups;
+  const auto* b0 = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * 256;
+  const std::int64_t ps = G * 256;  // bytes per panel
+  const float* s0 = w.scales.get() + p * G * kP;
+  const std::int64_t ss = G * kP;  // scales per panel
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512 si = _mm512_set1_ps(sx[0]);
+  __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+  for (std::int64_t g = 0; g < G; ++g) {
+    __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
+    const std::uint8_t* bg = b0 + g * 256;
+    for (int j = 0; j < 4; ++j) {
+      std::int32_t a0, a1;
+      std::memcpy(&a0, q + 32 * g + 8 * j, 4);
+      std::memcpy(&a1, q + 32 * g + 8 * j + 4, 4);
+      const __m512i v0 = _mm512_set1_epi32(a0), v1 = _mm512_set1_epi32(a1);
+      const __m512i r0 = _mm512_load_si512(bg + j * 64), r1 = _mm512_load_si512(bg + ps + j * 64);
+      const __m512i r2 = _mm512_load_si512(bg + 2 * ps + j * 64), r3 = _mm512_load_si512(bg + 3 * ps + j * 64);
+      QHX_DP(l0, _mm512_and_si512(r0, nib), v0);
+      QHX_DP(h0, _mm512_and_si512(_mm512_srli_epi16(r0, 4), nib), v1);
+      QHX_DP(l1, _mm512_and_si512(r1, nib), v0);
+      QHX_DP(h1, _mm512_and_si512(_mm512_srli_epi16(r1, 4), nib), v1);
+      QHX_DP(l2, _mm512_and_si512(r2, nib), v0);
+      QHX_DP(h2, _mm512_and_si512(_mm512_srli_epi16(r2, 4), nib), v1);
+      QHX_DP(l3, _mm512_and_si512(r3, nib), v0);
+      QHX_DP(h3, _mm512_and_si512(_mm512_srli_epi16(r3, 4), nib), v1);
+    }
+    const __m512i corr = _mm512_set1_epi32(8 * xsum[g]);
+    const float* sg = s0 + g * kP;
+    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l0, h0), corr)),
+                         _mm512_mul_ps(si, _mm512_load_ps(sg)), f0);
+    f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l1, h1), corr)),
+                         _mm512_mul_ps(si, _mm512_load_ps(sg + ss)), f1);
+    f2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l2, h2), corr)),
+                         _mm512_mul_ps(si, _mm512_load_ps(sg + 2 * ss)), f2);
+    f3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l3, h3), corr)),
+                         _mm512_mul_ps(si, _mm512_load_ps(sg + 3 * ss)), f3);
+  }
+  const __m512 f[4] = {f0, f1, f2, f3};
+  for (int jn = 0; jn < 4; ++jn) {
+    const std::int64_t r0 = (p + jn) * kP;
+    const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
+    _mm512_mask_storeu_ps(y + r0, mask, _mm512_add_ps(f[jn], bv));
+  }
+}
+#undef QHX_DP
+
 using TileW4Fn = void (*)(const std::uint8_t*, std::int64_t, const float*, const std::int32_t*, const PackedI8&,
                           const float*, float*, std::int64_t, std::int64_t, std::int64_t);
 constexpr int kW4MaxMR = 4;
@@ -296,7 +351,7 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
              const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
   if (m == 1) {  // decode: four panels per pass, each a sequential stream
     std::int64_t p = p0;
-    for (; p + 4 <= p1; p += 4) tile_w4<1, 4>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
+    for (; p + 4 <= p1; p += 4) tile_w4_1x4(q, sx, xsum, w, bias, y, p);
     for (; p < p1; ++p) tile_w4<1, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
     return;
   }

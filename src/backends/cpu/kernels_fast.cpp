@@ -231,6 +231,18 @@ HWY_INLINE float Sum(const float* a, std::int64_t n) {
   return s;
 }
 
+// max(p[0 .. n)) (-inf for n = 0); the same value in any order.
+HWY_INLINE float MaxOf(const float* p, std::int64_t n) {
+  const DF df;
+  const std::int64_t N = lanes();
+  VF vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) vmax = hn::Max(vmax, hn::LoadU(df, p + j));
+  float m = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; j < n; ++j) m = std::max(m, p[j]);
+  return m;
+}
+
 // p[j] = exp(p[j] − max_s) for j < n, in place; returns their sum (vector lanes
 // first, then the tail in order: every attention path sums the same way).
 HWY_INLINE float ExpShiftSum(float* p, std::int64_t n, float max_s) {
@@ -303,8 +315,14 @@ void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t
     for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + (i * hq + h0 + g) * d + u * N);
   float max_s[HB];
   for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
+  // Rows of one KV head lie hkv·d floats apart (often exactly 4 KiB): every row
+  // is a new page the hardware prefetcher will not enter, so rows are fetched ahead.
+  constexpr std::int64_t kAhead = 4;
+  const std::int64_t row_stride = hkv * d;
   for (std::int64_t j = 0; j < visible; ++j) {
     const float* kj = k + (j * hkv + kvh) * d;
+    if (j + kAhead < visible)
+      for (std::int64_t l = 0; l < d; l += 16) __builtin_prefetch(kj + kAhead * row_stride + l);
     VF kv[NV];
     for (int u = 0; u < NV; ++u) kv[u] = hn::LoadU(df, kj + u * N);
     for (int g = 0; g < HB; ++g) {
@@ -324,6 +342,8 @@ void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t
     for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
   for (std::int64_t j = 0; j < visible; ++j) {
     const float* vj = v + (j * hkv + kvh) * d;
+    if (j + kAhead < visible)
+      for (std::int64_t l = 0; l < d; l += 16) __builtin_prefetch(vj + kAhead * row_stride + l);
     VF vv[NV];
     for (int u = 0; u < NV; ++u) vv[u] = hn::LoadU(df, vj + u * N);
     for (int g = 0; g < HB; ++g) {
@@ -367,19 +387,26 @@ void AttentionGroups(const float* q, const float* k, const float* v, std::int64_
 // vectors of head_dim for O; the only buffer is S, kQB × n.
 
 constexpr int kQB = 8;
+constexpr std::int64_t kMaxBlockedHeadDim = 256;
+bool BlockedAttentionFits(std::int64_t d) { return d % (4 * lanes()) == 0 && d <= kMaxBlockedHeadDim; }
 
-// kt [hkv, d, ldk] = k [n, hkv, d] transposed per KV head (columns >= n zero).
-void TransposeKeys(const float* k, std::int64_t n, std::int64_t hkv, std::int64_t d, std::int64_t ldk, float* kt,
-                   std::int64_t h0, std::int64_t h1) {
-  for (std::int64_t h = h0; h < h1; ++h)
+// kt [hkv, d, ldk] = k [n, hkv, d] transposed per KV head (columns >= n zero),
+// vh [hkv, n, d] = v with each head's rows made contiguous (in v they lie
+// hkv·d floats apart, a page apart for typical sizes: slow to stream).
+void PackKeysValues(const float* k, const float* v, std::int64_t n, std::int64_t hkv, std::int64_t d,
+                    std::int64_t ldk, float* kt, float* vh, std::int64_t h0, std::int64_t h1) {
+  for (std::int64_t h = h0; h < h1; ++h) {
     for (std::int64_t c = 0; c < d; ++c) {
       float* row = kt + (h * d + c) * ldk;
       for (std::int64_t j = 0; j < n; ++j) row[j] = k[(j * hkv + h) * d + c];
       std::fill(row + n, row + ldk, 0.0f);
     }
+    for (std::int64_t j = 0; j < n; ++j)
+      std::memcpy(vh + (h * n + j) * d, v + (j * hkv + h) * d, static_cast<std::size_t>(d) * sizeof(float));
+  }
 }
 
-void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const float* v, std::int64_t t, std::int64_t n,
+void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const float* vh, std::int64_t t, std::int64_t n,
                      std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
                      float* out, std::int64_t b, std::int64_t e, float* sbuf) {
   const DF df;
@@ -393,8 +420,13 @@ void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const fl
     const std::int64_t kvh = h / group;
     const std::int64_t nk = causal ? std::min(n, start + i0 + rows) : n;  // keys any row of the block sees
     const std::int64_t nk_pad = (nk + 2 * N - 1) / (2 * N) * (2 * N);     // <= ldk
-    const float* qr[kQB];
-    for (int i = 0; i < kQB; ++i) qr[i] = q + ((i0 + std::min<std::int64_t>(i, rows - 1)) * hq + h) * d;
+    // The block's queries transposed, qt[c · kQB + i] = q_i[c]: the S loop then
+    // broadcasts each from one address (a plain load), not through a pointer.
+    float qt[kQB * kMaxBlockedHeadDim];
+    for (int i = 0; i < kQB; ++i) {
+      const float* qi = q + ((i0 + std::min<std::int64_t>(i, rows - 1)) * hq + h) * d;
+      for (std::int64_t c = 0; c < d; ++c) qt[c * kQB + i] = qi[c];
+    }
     const float* kh = kt + kvh * d * ldk;
 
     for (std::int64_t j0 = 0; j0 < nk_pad; j0 += 2 * N) {  // S = Q·Kᵀ · scale
@@ -403,7 +435,7 @@ void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const fl
       for (std::int64_t c = 0; c < d; ++c) {
         const VF k0 = hn::LoadU(df, kh + c * ldk + j0), k1 = hn::LoadU(df, kh + c * ldk + j0 + N);
         for (int i = 0; i < kQB; ++i) {
-          const VF qv = hn::Set(df, qr[i][c]);
+          const VF qv = hn::Set(df, qt[c * kQB + i]);
           acc0[i] = hn::MulAdd(qv, k0, acc0[i]);
           acc1[i] = hn::MulAdd(qv, k1, acc1[i]);
         }
@@ -413,13 +445,11 @@ void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const fl
         hn::StoreU(hn::Mul(acc1[i], vscale), df, sbuf + i * ldk + j0 + N);
       }
     }
-    for (std::int64_t i = 0; i < rows; ++i) {  // softmax of each row over its visible keys; 0 past them
+    float inv[kQB];  // softmax of each row over its visible keys (0 past them); normalized at the end
+    for (std::int64_t i = 0; i < rows; ++i) {
       float* p = sbuf + i * ldk;
       const std::int64_t visible = causal ? std::min(n, start + i0 + i + 1) : n;
-      float max_s = -std::numeric_limits<float>::infinity();
-      for (std::int64_t j = 0; j < visible; ++j) max_s = std::max(max_s, p[j]);
-      const float inv = 1.0f / ExpShiftSum(p, visible, max_s);
-      for (std::int64_t j = 0; j < visible; ++j) p[j] *= inv;
+      inv[i] = 1.0f / ExpShiftSum(p, visible, MaxOf(p, visible));
       std::fill(p + visible, p + nk, 0.0f);
     }
     for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {  // O = P·V, 4 rows × 4 vectors of d at a time
@@ -427,24 +457,30 @@ void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const fl
       const float* pr[4];
       for (int r = 0; r < 4; ++r) pr[r] = sbuf + (r0 + std::min<std::int64_t>(r, rr - 1)) * ldk;
       for (std::int64_t c0 = 0; c0 < d; c0 += 4 * N) {
-        VF acc[4][4];
-        for (int r = 0; r < 4; ++r)
-          for (int u = 0; u < 4; ++u) acc[r][u] = hn::Zero(df);
+        // One small array per column vector: GCC keeps arrays of this size in
+        // registers, but spilled a single [4][4] array to the stack every key.
+        VF a0[4], a1[4], a2[4], a3[4];
+        for (int r = 0; r < 4; ++r) a0[r] = a1[r] = a2[r] = a3[r] = hn::Zero(df);
         for (std::int64_t j = 0; j < nk; ++j) {
-          const float* vj = v + (j * hkv + kvh) * d + c0;
+          const float* vj = vh + (kvh * n + j) * d + c0;
           const VF v0 = hn::LoadU(df, vj), v1 = hn::LoadU(df, vj + N), v2 = hn::LoadU(df, vj + 2 * N),
                    v3 = hn::LoadU(df, vj + 3 * N);
           for (int r = 0; r < 4; ++r) {
             const VF pv = hn::Set(df, pr[r][j]);
-            acc[r][0] = hn::MulAdd(pv, v0, acc[r][0]);
-            acc[r][1] = hn::MulAdd(pv, v1, acc[r][1]);
-            acc[r][2] = hn::MulAdd(pv, v2, acc[r][2]);
-            acc[r][3] = hn::MulAdd(pv, v3, acc[r][3]);
+            a0[r] = hn::MulAdd(pv, v0, a0[r]);
+            a1[r] = hn::MulAdd(pv, v1, a1[r]);
+            a2[r] = hn::MulAdd(pv, v2, a2[r]);
+            a3[r] = hn::MulAdd(pv, v3, a3[r]);
           }
         }
-        for (std::int64_t r = 0; r < rr; ++r) {
+        for (int r = 0; r < 4; ++r) {  // a constant trip count: unrolled, the arrays stay in registers
+          if (r >= rr) break;
           float* o = out + ((i0 + r0 + r) * hq + h) * d + c0;
-          for (int u = 0; u < 4; ++u) hn::StoreU(acc[r][u], df, o + u * N);
+          const VF vinv = hn::Set(df, inv[r0 + r]);
+          hn::StoreU(hn::Mul(a0[r], vinv), df, o);
+          hn::StoreU(hn::Mul(a1[r], vinv), df, o + N);
+          hn::StoreU(hn::Mul(a2[r], vinv), df, o + 2 * N);
+          hn::StoreU(hn::Mul(a3[r], vinv), df, o + 3 * N);
         }
       }
     }
@@ -572,7 +608,8 @@ namespace fast {
 
 HWY_EXPORT(LinearRows);
 HWY_EXPORT(AttentionTasks);
-HWY_EXPORT(TransposeKeys);
+HWY_EXPORT(PackKeysValues);
+HWY_EXPORT(BlockedAttentionFits);
 HWY_EXPORT(AttentionBlocks);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GroupedAttentionFits);
@@ -643,19 +680,23 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
   // attention (a decoder, whose prompt may arrive in chunks or one token at a
   // time) therefore never switches path with t, so chunked prefill equals a
   // single pass bit for bit. The blocked path serves many non-causal queries (vision).
-  if (!causal && t >= 8 && d % (4 * N) == 0) {
-    const std::int64_t ldk = (n + 2 * N - 1) / (2 * N) * (2 * N);
-    thread_local std::vector<float> kt;  // grows to the largest call, then is reused
+  if (!causal && t >= 8 && HWY_DYNAMIC_DISPATCH(BlockedAttentionFits)(d)) {
+    // One vector more than the keys need: a row stride of a whole number of
+    // KiB would map every row of Kᵀ to the same cache sets.
+    const std::int64_t ldk = (n + 2 * N - 1) / (2 * N) * (2 * N) + N;
+    thread_local std::vector<float> kt, vh;  // grow to the largest call, then are reused
     if (kt.size() < static_cast<std::size_t>(hkv * d * ldk)) kt.resize(static_cast<std::size_t>(hkv * d * ldk));
+    if (vh.size() < static_cast<std::size_t>(hkv * n * d)) vh.resize(static_cast<std::size_t>(hkv * n * d));
     float* ktp = kt.data();
+    float* vhp = vh.data();
     parallel_for(hkv, 1, [&](std::int64_t b, std::int64_t e) {
-      HWY_DYNAMIC_DISPATCH(TransposeKeys)(k, n, hkv, d, ldk, ktp, b, e);
+      HWY_DYNAMIC_DISPATCH(PackKeysValues)(k, v, n, hkv, d, ldk, ktp, vhp, b, e);
     });
     const std::int64_t blocks = (t + 7) / 8;
     parallel_for(hq * blocks, 1, [&](std::int64_t b, std::int64_t e) {
       thread_local std::vector<float> s;  // this thread's S block, 8 × ldk
       if (s.size() < static_cast<std::size_t>(8 * ldk)) s.resize(static_cast<std::size_t>(8 * ldk));
-      HWY_DYNAMIC_DISPATCH(AttentionBlocks)(q, ktp, ldk, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+      HWY_DYNAMIC_DISPATCH(AttentionBlocks)(q, ktp, ldk, vhp, t, n, hq, hkv, d, start, scale, causal, out, b, e,
                                             s.data());
     });
     return;
