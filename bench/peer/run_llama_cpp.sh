@@ -112,11 +112,11 @@ for q in Q8_0 Q4_0; do
   "$bin/llama-bench" -m "$models/random_2b-$q.gguf" -t "$tlist" -p 320 -n 32 -r "$reps" -o json \
     >"$results/llama_bench_$q.json"
 done
-if [ -f assets/sample.png ]; then  # TTFT-like figure of the multimodal CLI (best effort, not compared)
+if [ -f assets/sample.png ]; then  # image encode and TTFT of the multimodal CLI (bench/peer/mtmd_ttft.py times it)
   echo "== llama-mtmd-cli Q8_0 + mmproj, 'Describe this image.' (1 token)"
-  "$bin/llama-mtmd-cli" -m "$models/random_2b-Q8_0.gguf" --mmproj "$models/random_2b-mmproj-Q8_0.gguf" \
-    --image assets/sample.png -p "Describe this image." -n 1 -t "$threads" --temp 0 \
-    >"$results/mtmd_Q8_0.txt" 2>&1 || echo "   (llama-mtmd-cli failed: see $results/mtmd_Q8_0.txt)"
+  "$QHX_PY" bench/peer/mtmd_ttft.py "$bin/llama-mtmd-cli" -m "$models/random_2b-Q8_0.gguf" \
+    --mmproj "$models/random_2b-mmproj-Q8_0.gguf" --image assets/sample.png -p "Describe this image." -n 2 \
+    -t "$threads" --temp 0 >"$results/mtmd_Q8_0.txt" 2>&1 || echo "   (llama-mtmd-cli failed: see $results/mtmd_Q8_0.txt)"
 fi
 qhx_args=()
 if [ "$skip_qhx" = 0 ]; then
