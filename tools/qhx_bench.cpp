@@ -150,13 +150,13 @@ std::optional<Roofline> load_roofline(const std::string& path) {
 }
 
 // Whether a CPU graph of `manifest` multiplies int8 by int8: its weights file
-// stores `probe` as I8 (w8) and the entry keeps the default "activations": "int8".
+// stores `probe` as I8 (w8) or U8 (w4) and the entry keeps the default "activations": "int8".
 bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::string& graph, const std::string& probe) {
   const json& g = manifest.at("graphs").at(graph);
   if (g.value("activations", std::string("int8")) != "int8") return false;
   const qhx::Checkpoint ck = qhx::Checkpoint::open(dir / g.at("weights").get<std::string>());
   const qhx::TensorView* t = ck.find(probe);
-  return t != nullptr && t->dtype == qhx::DType::I8;
+  return t != nullptr && (t->dtype == qhx::DType::I8 || t->dtype == qhx::DType::U8);
 }
 
 }  // namespace
