@@ -153,7 +153,9 @@ std::optional<Roofline> load_roofline(const std::string& path) {
 // stores `probe` as I8 (w8) or U8 (w4) and the entry keeps the default "activations": "int8".
 bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::string& graph, const std::string& probe) {
   const json& g = manifest.at("graphs").at(graph);
-  if (g.value("activations", std::string("int8")) != "int8") return false;
+  // Absent, the key means "int8" from manifest version 2 on, "f32" before (docs/manifest.md).
+  const std::string absent = manifest.value("qhexrt_manifest", 1) >= 2 ? "int8" : "f32";
+  if (g.value("activations", absent) != "int8") return false;
   const qhx::Checkpoint ck = qhx::Checkpoint::open(dir / g.at("weights").get<std::string>());
   const qhx::TensorView* t = ck.find(probe);
   return t != nullptr && (t->dtype == qhx::DType::I8 || t->dtype == qhx::DType::U8);
