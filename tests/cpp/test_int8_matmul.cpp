@@ -55,15 +55,21 @@ Data make(const Case& c, std::mt19937& rng) {
 }
 
 // The contract of int8_matmul.hpp, written from its text.
+// The contract's activation quantization of one row of k: q (resized to k) and the returned scale.
+float contract_quantize(const float* x, int k, std::vector<int>& q) {
+  float amax = 0.0f;
+  for (int t = 0; t < k; ++t) amax = std::max(amax, std::abs(x[t]));
+  q.assign(static_cast<std::size_t>(k), 0);
+  for (int t = 0; t < k && amax > 0.0f; ++t)
+    q[t] = static_cast<int>(std::clamp(std::nearbyint(x[t] * (127.0f / amax)), -127.0f, 127.0f));
+  return amax / 127.0f;
+}
+
 std::vector<float> contract(const Data& d, const Case& c, bool bias) {
   std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
   for (int i = 0; i < c.m; ++i) {
-    float amax = 0.0f;
-    for (int t = 0; t < c.k; ++t) amax = std::max(amax, std::abs(d.x[i * c.k + t]));
-    const float sx = amax / 127.0f;
-    std::vector<int> q(static_cast<std::size_t>(c.k), 0);
-    for (int t = 0; t < c.k && amax > 0.0f; ++t)
-      q[t] = static_cast<int>(std::clamp(std::nearbyint(d.x[i * c.k + t] * (127.0f / amax)), -127.0f, 127.0f));
+    std::vector<int> q;
+    const float sx = contract_quantize(d.x.data() + i * c.k, c.k, q);
     for (int r = 0; r < c.n; ++r) {
       std::int64_t acc = 0;
       for (int t = 0; t < c.k; ++t) acc += q[t] * d.qw[r * c.k + t];
@@ -77,6 +83,36 @@ void expect_bitwise(const std::vector<float>& got, const std::vector<float>& wan
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+}
+
+// Every packed kernel this CPU runs, with and without bias, equals the reference bit for bit.
+void expect_packed_kernels_match(const WeightMatrix& w, const std::vector<float>& x, const std::vector<float>& b,
+                                 const Case& c, const std::string& what) {
+  for (const bool bias : {true, false}) {
+    std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
+    ref::linear(x.data(), c.m, w, bias ? b.data() : nullptr, want.data());
+    for (const Int8Kernel* k : int8_kernels_available()) {
+      const auto packed = pack_i8(w, *k);
+      std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
+      linear_i8_packed(x.data(), c.m, *packed, bias ? b.data() : nullptr, y.data());
+      expect_bitwise(y, want, std::string(k->name) + " " + what + " " + std::to_string(c.m) + "x" +
+                                  std::to_string(c.n) + "x" + std::to_string(c.k) + " threads " +
+                                  std::to_string(num_threads()));
+    }
+  }
+}
+
+// Each kernel set's linear on a matrix prepared by its own pack equals the reference.
+void expect_kernel_sets_match(WeightMatrix w, const std::vector<float>& x, const std::vector<float>& b, const Case& c,
+                              const std::string& what) {
+  std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
+  ref::linear(x.data(), c.m, w, b.data(), want.data());
+  for (const KernelSet* ks : {&reference_kernels(), &fast_kernels()}) {
+    w.packed = ks->pack(w);
+    std::vector<float> y(want.size());
+    ks->linear(x.data(), c.m, w, b.data(), y.data());
+    expect_bitwise(y, want, std::string(ks->name) + " " + what);
+  }
 }
 
 TEST(Int8Matmul, ReferenceFollowsTheContract) {
@@ -94,23 +130,12 @@ TEST(Int8Matmul, ReferenceFollowsTheContract) {
 
 TEST(Int8Matmul, EveryPackedKernelEqualsTheReference) {
   std::mt19937 rng(11);
-  const auto kernels = int8_kernels_available();
-  ASSERT_GE(kernels.size(), 1u);
+  ASSERT_GE(int8_kernels_available().size(), 1u);
   for (const int threads : {1, 2}) {
     set_threads(threads);
     for (const Case& c : kCases) {
       const Data d = make(c, rng);
-      for (const bool bias : {true, false}) {
-        std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
-        ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, want.data());
-        for (const Int8Kernel* k : kernels) {
-          const auto packed = pack_i8(d.w, *k);
-          std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
-          linear_i8_packed(d.x.data(), c.m, *packed, bias ? d.b.data() : nullptr, y.data());
-          expect_bitwise(y, want, std::string(k->name) + " " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
-                                      std::to_string(c.k) + " threads " + std::to_string(threads));
-        }
-      }
+      expect_packed_kernels_match(d.w, d.x, d.b, c, "w8");
     }
   }
   set_threads(0);
@@ -118,16 +143,9 @@ TEST(Int8Matmul, EveryPackedKernelEqualsTheReference) {
 
 TEST(Int8Matmul, KernelSetsRunPreparedMatrices) {
   std::mt19937 rng(13);
-  for (const KernelSet* ks : {&reference_kernels(), &fast_kernels()}) {
-    for (const Case& c : kCases) {
-      Data d = make(c, rng);
-      std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
-      ref::linear(d.x.data(), c.m, d.w, d.b.data(), want.data());
-      d.w.packed = ks->pack(d.w);
-      std::vector<float> y(want.size());
-      ks->linear(d.x.data(), c.m, d.w, d.b.data(), y.data());
-      expect_bitwise(y, want, std::string(ks->name));
-    }
+  for (const Case& c : kCases) {
+    const Data d = make(c, rng);
+    expect_kernel_sets_match(d.w, d.x, d.b, c, "w8");
   }
 }
 
@@ -182,12 +200,8 @@ std::vector<float> contract_w4(const DataW4& d, const Case& c, bool bias) {
   std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
   const int groups = c.k / 32;
   for (int i = 0; i < c.m; ++i) {
-    float amax = 0.0f;
-    for (int t = 0; t < c.k; ++t) amax = std::max(amax, std::abs(d.x[i * c.k + t]));
-    const float sx = amax / 127.0f;
-    std::vector<int> q(static_cast<std::size_t>(c.k), 0);
-    for (int t = 0; t < c.k && amax > 0.0f; ++t)
-      q[t] = static_cast<int>(std::clamp(std::nearbyint(d.x[i * c.k + t] * (127.0f / amax)), -127.0f, 127.0f));
+    std::vector<int> q;
+    const float sx = contract_quantize(d.x.data() + i * c.k, c.k, q);
     for (int r = 0; r < c.n; ++r) {
       float acc = 0.0f;
       for (int g = 0; g < groups; ++g) {
@@ -223,17 +237,7 @@ TEST(Int8MatmulW4, EveryPackedKernelEqualsTheReference) {
     set_threads(threads);
     for (const Case& c : kW4Cases) {
       const DataW4 d = make_w4(c, rng);
-      for (const bool bias : {true, false}) {
-        std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
-        ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, want.data());
-        for (const Int8Kernel* k : int8_kernels_available()) {
-          const auto packed = pack_i8(d.w, *k);
-          std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
-          linear_i8_packed(d.x.data(), c.m, *packed, bias ? d.b.data() : nullptr, y.data());
-          expect_bitwise(y, want, std::string(k->name) + " w4 " + std::to_string(c.m) + "x" + std::to_string(c.n) +
-                                      "x" + std::to_string(c.k) + " threads " + std::to_string(threads));
-        }
-      }
+      expect_packed_kernels_match(d.w, d.x, d.b, c, "w4");
     }
   }
   set_threads(0);
@@ -241,16 +245,9 @@ TEST(Int8MatmulW4, EveryPackedKernelEqualsTheReference) {
 
 TEST(Int8MatmulW4, KernelSetsRunPreparedMatrices) {
   std::mt19937 rng(31);
-  for (const KernelSet* ks : {&reference_kernels(), &fast_kernels()}) {
-    for (const Case& c : kW4Cases) {
-      DataW4 d = make_w4(c, rng);
-      std::vector<float> want(static_cast<std::size_t>(c.m * c.n));
-      ref::linear(d.x.data(), c.m, d.w, d.b.data(), want.data());
-      d.w.packed = ks->pack(d.w);
-      std::vector<float> y(want.size());
-      ks->linear(d.x.data(), c.m, d.w, d.b.data(), y.data());
-      expect_bitwise(y, want, std::string(ks->name) + " w4");
-    }
+  for (const Case& c : kW4Cases) {
+    const DataW4 d = make_w4(c, rng);
+    expect_kernel_sets_match(d.w, d.x, d.b, c, "w4");
   }
 }
 

@@ -101,6 +101,24 @@ std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel&
 // y [m, w.rows] by the contract, on the thread pool, through w's kernel.
 void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y);
 
+// The loop order every packed kernel uses for m > 1: panels [p0, p1) in blocks
+// of about 256 KiB (a block stays in L2 while all activation rows pass over it),
+// activation rows in steps of max_mr, panels in steps of max_nr; tile(mr, nr, p, i0)
+// computes rows [i0, i0 + mr) of panels [p, p + nr).
+template <class Tile>
+void for_each_tile(std::int64_t m, std::int64_t p0, std::int64_t p1, std::int64_t panel_bytes, std::int64_t max_mr,
+                   std::int64_t max_nr, Tile&& tile) {
+  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / max_nr * max_nr;
+  if (block < max_nr) block = max_nr;
+  for (std::int64_t pb = p0; pb < p1; pb += block) {
+    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
+    for (std::int64_t i0 = 0; i0 < m; i0 += max_mr) {
+      const std::int64_t mr = m - i0 < max_mr ? m - i0 : max_mr;
+      for (std::int64_t p = pb; p < pe; p += max_nr) tile(mr, pe - p < max_nr ? pe - p : max_nr, p, i0);
+    }
+  }
+}
+
 // Per-ISA kernels (their own files); nullptr where this build or CPU lacks them.
 const Int8Kernel* int8_kernel_avx512vnni();
 const Int8Kernel* int8_kernel_neon_dotprod();

@@ -212,19 +212,10 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
     for (std::int64_t p = p0; p < p1; ++p) panel_m1(q, sx, w, bias, y, p);
     return;
   }
-  const std::int64_t panel_bytes = w.k4 * kP * 4;
-  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / kMaxNR * kMaxNR;
-  if (block < kMaxNR) block = kMaxNR;
-  for (std::int64_t pb = p0; pb < p1; pb += block) {
-    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
-    for (std::int64_t i0 = 0; i0 < m; i0 += kMaxMR) {
-      const std::int64_t mr = m - i0 < kMaxMR ? m - i0 : kMaxMR;
-      for (std::int64_t p = pb; p < pe; p += kMaxNR) {
-        const std::int64_t nr = pe - p < kMaxNR ? pe - p : kMaxNR;
-        kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
-      }
-    }
-  }
+  for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
+                [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
+    kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+  });
 }
 
 // ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
@@ -355,19 +346,10 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
     for (; p < p1; ++p) tile_w4<1, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
     return;
   }
-  const std::int64_t panel_bytes = w.groups * 256;
-  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / kW4MaxNR * kW4MaxNR;
-  if (block < kW4MaxNR) block = kW4MaxNR;
-  for (std::int64_t pb = p0; pb < p1; pb += block) {
-    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
-    for (std::int64_t i0 = 0; i0 < m; i0 += kW4MaxMR) {
-      const std::int64_t mr = m - i0 < kW4MaxMR ? m - i0 : kW4MaxMR;
-      for (std::int64_t p = pb; p < pe; p += kW4MaxNR) {
-        const std::int64_t nr = pe - p < kW4MaxNR ? pe - p : kW4MaxNR;
-        kW4Tiles[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
-      }
-    }
-  }
+  for_each_tile(m, p0, p1, w.groups * 256, kW4MaxMR, kW4MaxNR,
+                [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
+    kW4Tiles[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+  });
 }
 
 }  // namespace

@@ -86,19 +86,10 @@ constexpr const TileFn* kTiles[kMaxMR] = {Row<1>::fns, Row<2>::fns, Row<3>::fns,
 
 void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
           const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  const std::int64_t panel_bytes = w.k4 * kP * 4;
-  std::int64_t block = (std::int64_t{256} << 10) / panel_bytes / kMaxNR * kMaxNR;
-  if (block < kMaxNR) block = kMaxNR;
-  for (std::int64_t pb = p0; pb < p1; pb += block) {
-    const std::int64_t pe = pb + block < p1 ? pb + block : p1;
-    for (std::int64_t i0 = 0; i0 < m; i0 += kMaxMR) {
-      const std::int64_t mr = m - i0 < kMaxMR ? m - i0 : kMaxMR;
-      for (std::int64_t p = pb; p < pe; p += kMaxNR) {
-        const std::int64_t nr = pe - p < kMaxNR ? pe - p : kMaxNR;
-        kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
-      }
-    }
-  }
+  for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
+                [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
+    kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+  });
 }
 
 }  // namespace
