@@ -297,6 +297,11 @@ TEST(QhxGenerate, ImageErrors) {
   expect_generate_error("-m " + vlm + " -p Hi -n 2 -i " + quoted(empty), {"empty.ppm"});
   // More <image> markers than images.
   expect_generate_error("-m " + vlm + " -p '<image> and <image>' -n 2 -i " + quoted(ppm), {"<image> markers"});
+  // Raw prompts carry the vision tokens themselves: their image pads must match the images.
+  expect_generate_error("-m " + vlm + " --raw -p Hi -n 2 -i " + quoted(ppm), {"fewer image placeholders than images"});
+  const std::string two_pads = "'<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|image_pad|><|vision_end|>'";
+  expect_generate_error("-m " + vlm + " --raw -p " + two_pads + " -n 2 -i " + quoted(ppm),
+                        {"more image placeholders than images"});
 }
 
 }  // namespace
