@@ -53,6 +53,9 @@ class VisionEncoder final : public Delegate {
   Merger merger_;
   std::vector<float> inv_freq_;    // [head_dim / 4]
   const cpu::KernelSet* k_ = &cpu::active_kernels();
+  // Attention's two products take int8 too when the graph's matrices do (a
+  // quantized bundle on the plan's int8 path); f32 weights keep f32 attention.
+  bool int8_attention_ = false;
 };
 
 Merger load_merger(const Checkpoint& ck, const std::string& p, const Qwen3VLVisionConfig& c, bool after) {
@@ -87,6 +90,7 @@ void VisionEncoder::init(const GraphBlob& blob) {
   k_ = plan.kernels;
   for (Block& b : blocks_)
     for (cpu::Linear* l : {&b.qkv, &b.proj, &b.fc1, &b.fc2}) cpu::prepare(plan, l->w);
+  int8_attention_ = !blocks_.empty() && blocks_.front().qkv.w.int8_activations;
   std::vector<Merger*> mergers{&merger_};
   for (Merger& m : deepstack_) mergers.push_back(&m);
   for (Merger* m : mergers) {
@@ -185,7 +189,10 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
     std::int64_t s = 0;
     for (const std::int64_t len : segments) {
       const std::size_t off = static_cast<std::size_t>(s) * H;
-      k_->attention(&q[off], &kk[off], &v[off], len, len, heads, heads, hd, 0, scale, /*causal=*/false, &attn[off]);
+      if (int8_attention_)
+        k_->attention_i8(&q[off], &kk[off], &v[off], len, len, heads, heads, hd, scale, &attn[off]);
+      else
+        k_->attention(&q[off], &kk[off], &v[off], len, len, heads, heads, hd, 0, scale, /*causal=*/false, &attn[off]);
       s += len;
     }
     k_->linear(attn.data(), n, B.proj.w, B.proj.bias_or_null(), tmp.data());

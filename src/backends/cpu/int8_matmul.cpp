@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/int8_attention.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "qhexrt/error.hpp"
 
@@ -111,7 +112,7 @@ void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, c
   }
 }
 
-const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8};
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row};
 
 }  // namespace
 
@@ -184,28 +185,39 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
 
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel) {
   if (w.dtype == DType::U8 && w.scales != nullptr) return pack_w4(w, kernel);
+  auto out = std::make_shared<PackedI8>();
+  pack_i8_into(w, kernel, *out);
+  return out;
+}
+
+void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out) {
   if (w.dtype != DType::I8 || w.scales == nullptr)
     fail("pack_i8: a ", weight_format_name(w), " matrix is neither w8 nor w4");
   if (w.cols > kInt8MaxCols)
     fail("pack_i8: ", w.cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
-  auto out = std::make_shared<PackedI8>();
   const int P = kernel.panel;
-  out->rows = w.rows;
-  out->cols = w.cols;
-  out->k4 = (w.cols + 3) / 4;
-  out->panels = (w.rows + P - 1) / P;
-  out->panel = P;
-  out->kernel = &kernel;
-  const std::int64_t padded_rows = out->panels * P;
-  out->data = aligned_array<std::int8_t>(padded_rows * out->k4 * 4);
-  out->row_sums = aligned_array<std::int32_t>(padded_rows);
-  out->scales = aligned_array<float>(padded_rows);
+  const bool reuse = out.data != nullptr && out.bits == 8 && out.kernel == &kernel && out.rows == w.rows &&
+                     out.cols == w.cols;
+  out.rows = w.rows;
+  out.cols = w.cols;
+  out.k4 = (w.cols + 3) / 4;
+  out.panels = (w.rows + P - 1) / P;
+  out.panel = P;
+  out.kernel = &kernel;
+  out.bits = 8;
+  out.groups = 0;
+  const std::int64_t padded_rows = out.panels * P;
+  if (!reuse) {
+    out.data = aligned_array<std::int8_t>(padded_rows * out.k4 * 4);
+    out.row_sums = aligned_array<std::int32_t>(padded_rows);
+    out.scales = aligned_array<float>(padded_rows);
+  }
   const auto* src = static_cast<const std::int8_t*>(w.data);
-  std::int8_t* dst = out->data.get();
-  std::int32_t* sums = out->row_sums.get();
-  float* scales = out->scales.get();
-  const std::int64_t k4 = out->k4, cols = w.cols, rows = w.rows;
-  parallel_for(out->panels, 1, [&](std::int64_t b, std::int64_t e) {
+  std::int8_t* dst = out.data.get();
+  std::int32_t* sums = out.row_sums.get();
+  float* scales = out.scales.get();
+  const std::int64_t k4 = out.k4, cols = w.cols, rows = w.rows;
+  parallel_for(out.panels, 1, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t p = b; p < e; ++p) {
       std::int8_t* panel = dst + p * k4 * P * 4;
       for (int j = 0; j < P; ++j) {
@@ -232,7 +244,6 @@ std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel&
       }
     }
   });
-  return out;
 }
 
 namespace {

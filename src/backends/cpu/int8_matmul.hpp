@@ -85,6 +85,9 @@ struct Int8Kernel {
   // or quantize_rows_q8 itself).
   void (*quantize)(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, int offset, std::uint8_t* q,
                    float* scales);
+  // The softmax step of int8 attention (int8_attention.hpp), bit for bit:
+  // softmax_q8_row itself or a vectorized one.
+  std::int32_t (*softmax_q8)(const float* s, std::int64_t n, std::int64_t ldp, int offset, std::uint8_t* p);
 };
 
 // Plain C++ over the packed layout, any CPU (P = 16, signed activations).
@@ -97,6 +100,10 @@ std::vector<const Int8Kernel*> int8_kernels_available();
 
 // Repacks w (a w8 or w4 matrix) for `kernel`. Throws qhx::Error if w is neither or too wide.
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel);
+// pack_i8 of a w8 matrix into `out`, reusing its arrays when it already holds a
+// matrix of the same shape for the same kernel (int8 attention packs K and V
+// of every head into the same buffers).
+void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out);
 
 // y [m, w.rows] by the contract, on the thread pool, through w's kernel.
 void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y);

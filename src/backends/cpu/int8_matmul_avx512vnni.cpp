@@ -13,9 +13,12 @@
 // check, so the rest of the library stays baseline x86-64.
 #include "backends/cpu/int8_matmul.hpp"
 
+#include "backends/cpu/int8_attention.hpp"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #pragma GCC push_options
@@ -190,6 +193,43 @@ void quantize(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, 
   }
 }
 
+// exp2_127 (int8_attention.hpp) on 16 lanes, operation for operation.
+inline __m512 exp2_127x16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));  // x > −126 ? x : −126
+  const __m512 t = _mm512_add_ps(x, _mm512_set1_ps(12582912.0f));
+  const __m512 f = _mm512_sub_ps(x, _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f)));
+  __m512 p = _mm512_set1_ps(127.0f * 0.0096181291f);
+  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f * 0.0555041087f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f * 0.2402265070f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f * 0.6931471806f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f));
+  const __m512i bits =
+      _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23));
+  return _mm512_min_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(bits)), _mm512_set1_ps(127.0f));  // e < 127 ? e : 127
+}
+
+// softmax_q8_row, 16 columns at a time with the same float operations
+// (vcvtps2dq rounds half to even, as the scalar 1.5 · 2^23 trick does).
+std::int32_t softmax_q8(const float* s, std::int64_t n, std::int64_t ldp, int offset, std::uint8_t* p) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 vm = ninf;
+  for (std::int64_t c = 0; c < n; c += 16) {
+    const __mmask16 mask = n - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - c)) - 1u);
+    vm = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, mask, s + c), vm);
+  }
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+  const __m512i off = _mm512_set1_epi32(offset);
+  __m512i sum = _mm512_setzero_si512();
+  for (std::int64_t c = 0; c < n; c += 16) {
+    const __mmask16 mask = n - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - c)) - 1u);
+    const __m512i qi = _mm512_cvtps_epi32(exp2_127x16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + c), m)));
+    sum = _mm512_mask_add_epi32(sum, mask, sum, qi);
+    _mm512_mask_cvtepi32_storeu_epi8(p + c, mask, _mm512_add_epi32(qi, off));
+  }
+  std::memset(p + n, offset, static_cast<std::size_t>(ldp - n));
+  return _mm512_reduce_add_epi32(sum);
+}
+
 using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const PackedI8&, const float*, float*,
                         std::int64_t, std::int64_t, std::int64_t);
 
@@ -361,7 +401,7 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_avx512vnni() {
-  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize};
+  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize, softmax_q8};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return ok ? &k : nullptr;

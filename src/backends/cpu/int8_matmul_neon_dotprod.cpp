@@ -8,6 +8,7 @@
 // accumulators of the 32 vector registers), panels walked in L2-sized blocks.
 // Compiled for every aarch64 build; reached only when the CPU reports dotprod.
 #include "backends/cpu/int8_matmul.hpp"
+#include "backends/cpu/int8_attention.hpp"
 
 #if defined(__aarch64__) && defined(__GNUC__)
 #include <arm_neon.h>
@@ -100,7 +101,7 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_neon_dotprod() {
-  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm, nullptr, quantize_rows_q8};  // w4: the portable kernel
+  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm, nullptr, quantize_rows_q8, softmax_q8_row};  // w4: the portable kernel
   static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
   return ok ? &k : nullptr;
 }

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/int8_attention.hpp"
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/kernels_fast.hpp"
@@ -666,6 +667,11 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   });
 }
 
+void attention_i8(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                  std::int64_t hkv, std::int64_t d, float scale, float* out) {
+  cpu::attention_i8(int8_kernel_best(), q, k, v, t, n, hq, hkv, d, scale, out);
+}
+
 std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
   if (!w.int8_activations || w.cols > kInt8MaxCols) return nullptr;
   if (w.dtype != DType::I8 && !(w.dtype == DType::U8 && w.cols % kW4GroupSize == 0)) return nullptr;
@@ -753,7 +759,7 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
 const KernelSet& fast_kernels() {
   static const KernelSet k{"fast",          fast::linear,      fast::rms_norm,  fast::layer_norm,
                            fast::silu_mul,  fast::gelu_tanh,   ref::gelu_erf,   fast::add_inplace,
-                           fast::rope_rotate_half, fast::attention, ref::gather_rows,
+                           fast::rope_rotate_half, fast::attention, fast::attention_i8, ref::gather_rows,
                            fast::pack};
   return k;
 }

@@ -18,6 +18,7 @@
 //               the outputs kept in registers; other head sizes: parallel over
 //               (query, head). A causal call's rows never depend on how many
 //               queries share the call (chunked prefill == one pass, bit for bit)
+//   attention_i8  int8_attention.hpp's contract on the int8 kernel linear uses
 //   rms_norm, layer_norm, silu_mul, gelu_tanh, add_inplace, rope_rotate_half
 //               vectorized (contrib/math Exp and Tanh: 1-2 ulp)
 //   gelu_erf, gather_rows   the reference functions

@@ -8,6 +8,7 @@
 #include <numbers>
 #include <vector>
 
+#include "backends/cpu/int8_attention.hpp"
 #include "backends/cpu/int8_matmul.hpp"
 #include "qhexrt/error.hpp"
 
@@ -250,7 +251,7 @@ namespace qhx::cpu {
 const KernelSet& reference_kernels() {
   static const KernelSet k{"reference",      ref::linear,      ref::rms_norm,  ref::layer_norm,
                            ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
-                           ref::rope_rotate_half, ref::attention, ref::gather_rows,
+                           ref::rope_rotate_half, ref::attention, attention_i8_reference, ref::gather_rows,
                            [](const WeightMatrix&) -> std::shared_ptr<const PackedI8> { return nullptr; }};
   return k;
 }
