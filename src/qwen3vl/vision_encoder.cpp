@@ -7,6 +7,7 @@
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/kernel_set.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/hf_config.hpp"
@@ -42,7 +43,7 @@ class VisionEncoder final : public Delegate {
  private:
   void rope_tables(std::span<const std::int64_t> grid, std::int64_t n, std::vector<float>& cos,
                    std::vector<float>& sin) const;
-  void merge(const Merger& m, const float* x, std::int64_t n, float* out) const;
+  void merge(const Merger& m, const float* x, std::int64_t n, float* out);
 
   std::string name_;
   Qwen3VLVisionConfig cfg_;
@@ -56,7 +57,19 @@ class VisionEncoder final : public Delegate {
   // Attention's two products take int8 too when the graph's matrices do (a
   // quantized bundle on the plan's int8 path); f32 weights keep f32 attention.
   bool int8_attention_ = false;
+  // Activations, kept between calls and grown to the largest image seen: fresh
+  // pages on every call cost page faults (and zeroing) for ~60 MB per 512² image.
+  struct Scratch {
+    std::vector<float> x, normed, qkv, q, k, v, attn, tmp;  // [n, hidden] (qkv [n, 3·hidden])
+    std::vector<float> mlp;                                 // [n, intermediate]
+    std::vector<float> merge_normed, merge_mid;             // [n, hidden]
+    std::vector<float> cos, sin;                            // [n, head_dim]
+  } s_;
 };
+
+void grow(std::vector<float>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
 
 Merger load_merger(const Checkpoint& ck, const std::string& p, const Qwen3VLVisionConfig& c, bool after) {
   const std::int64_t grouped = c.hidden_size * c.spatial_merge_size * c.spatial_merge_size;
@@ -134,16 +147,19 @@ void VisionEncoder::rope_tables(std::span<const std::int64_t> grid, std::int64_t
 }
 
 // out [n/4, out_hidden] from x [n, hidden]: group each 2×2 window's 4 rows into one vector.
-void VisionEncoder::merge(const Merger& mg, const float* x, std::int64_t n, float* out) const {
+void VisionEncoder::merge(const Merger& mg, const float* x, std::int64_t n, float* out) {
   const std::int64_t h = cfg_.hidden_size, grouped = mg.fc1.w.cols, groups = n * h / grouped;
-  std::vector<float> normed(static_cast<std::size_t>(n * h)), mid(normed.size());
+  grow(s_.merge_normed, static_cast<std::size_t>(n * h));
+  grow(s_.merge_mid, static_cast<std::size_t>(n * h));
+  float* normed = s_.merge_normed.data();
+  float* mid = s_.merge_mid.data();
   if (mg.norm_after_grouping)
-    k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), groups, grouped, 1e-6f, normed.data());
+    k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), groups, grouped, 1e-6f, normed);
   else
-    k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), n, h, 1e-6f, normed.data());
-  k_->linear(normed.data(), groups, mg.fc1.w, mg.fc1.bias_or_null(), mid.data());
-  k_->gelu_erf(mid.data(), groups * grouped, mid.data());
-  k_->linear(mid.data(), groups, mg.fc2.w, mg.fc2.bias_or_null(), out);
+    k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), n, h, 1e-6f, normed);
+  k_->linear(normed, groups, mg.fc1.w, mg.fc1.bias_or_null(), mid);
+  k_->gelu_erf(mid, groups * grouped, mid);
+  k_->linear(mid, groups, mg.fc2.w, mg.fc2.bias_or_null(), out);
 }
 
 void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const TensorRef> out) {
@@ -166,52 +182,57 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
   if (out[0].shape[0] != n / (m * m) || out[1].shape[1] != n / (m * m))
     fail("graph \"", name_, "\": outputs must have ", n / (m * m), " rows");
 
-  std::vector<float> cos, sin;
-  rope_tables(grid, n, cos, sin);
+  rope_tables(grid, n, s_.cos, s_.sin);
+  const float *cos = s_.cos.data(), *sin = s_.sin.data();
   const auto N = static_cast<std::size_t>(n), H = static_cast<std::size_t>(h);
-  std::vector<float> x(in[0].as<const float>(), in[0].as<const float>() + N * H);
-  std::vector<float> normed(N * H), qkv(N * 3 * H), q(N * H), kk(N * H), v(N * H), attn(N * H), tmp(N * H);
-  std::vector<float> mlp(N * static_cast<std::size_t>(cfg_.intermediate_size));
+  for (auto* b : {&s_.normed, &s_.q, &s_.k, &s_.v, &s_.attn, &s_.tmp}) grow(*b, N * H);
+  grow(s_.qkv, N * 3 * H);
+  grow(s_.mlp, N * static_cast<std::size_t>(cfg_.intermediate_size));
+  s_.x.assign(in[0].as<const float>(), in[0].as<const float>() + N * H);
+  float *x = s_.x.data(), *normed = s_.normed.data(), *qkv = s_.qkv.data(), *q = s_.q.data(), *kk = s_.k.data();
+  float *v = s_.v.data(), *attn = s_.attn.data(), *tmp = s_.tmp.data(), *mlp = s_.mlp.data();
   const std::int64_t heads = cfg_.num_heads, hd = head_dim_;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   std::size_t tap = 0;
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
     const Block& B = blocks_[b];
-    k_->layer_norm(x.data(), B.norm1_w.data(), B.norm1_b.data(), n, h, 1e-6f, normed.data());
-    k_->linear(normed.data(), n, B.qkv.w, B.qkv.bias_or_null(), qkv.data());
-    for (std::size_t r = 0; r < N; ++r) {  // [n, 3, heads, hd] -> q, k, v [n, heads, hd]
-      std::memcpy(&q[r * H], &qkv[r * 3 * H], H * sizeof(float));
-      std::memcpy(&kk[r * H], &qkv[r * 3 * H + H], H * sizeof(float));
-      std::memcpy(&v[r * H], &qkv[r * 3 * H + 2 * H], H * sizeof(float));
-    }
-    k_->rope_rotate_half(q.data(), n, heads, hd, cos.data(), sin.data());
-    k_->rope_rotate_half(kk.data(), n, heads, hd, cos.data(), sin.data());
+    k_->layer_norm(x, B.norm1_w.data(), B.norm1_b.data(), n, h, 1e-6f, normed);
+    k_->linear(normed, n, B.qkv.w, B.qkv.bias_or_null(), qkv);
+    cpu::parallel_for(n, 64, [&](std::int64_t r0, std::int64_t r1) {  // [n, 3, heads, hd] -> q, k, v [n, heads, hd]
+      for (auto r = static_cast<std::size_t>(r0); r < static_cast<std::size_t>(r1); ++r) {
+        std::memcpy(&q[r * H], &qkv[r * 3 * H], H * sizeof(float));
+        std::memcpy(&kk[r * H], &qkv[r * 3 * H + H], H * sizeof(float));
+        std::memcpy(&v[r * H], &qkv[r * 3 * H + 2 * H], H * sizeof(float));
+      }
+    });
+    k_->rope_rotate_half(q, n, heads, hd, cos, sin);
+    k_->rope_rotate_half(kk, n, heads, hd, cos, sin);
     std::int64_t s = 0;
     for (const std::int64_t len : segments) {
       const std::size_t off = static_cast<std::size_t>(s) * H;
       if (int8_attention_)
-        k_->attention_i8(&q[off], &kk[off], &v[off], len, len, heads, heads, hd, scale, &attn[off]);
+        k_->attention_i8(q + off, kk + off, v + off, len, len, heads, heads, hd, scale, attn + off);
       else
-        k_->attention(&q[off], &kk[off], &v[off], len, len, heads, heads, hd, 0, scale, /*causal=*/false, &attn[off]);
+        k_->attention(q + off, kk + off, v + off, len, len, heads, heads, hd, 0, scale, /*causal=*/false, attn + off);
       s += len;
     }
-    k_->linear(attn.data(), n, B.proj.w, B.proj.bias_or_null(), tmp.data());
-    k_->add_inplace(x.data(), tmp.data(), n * h);
-    k_->layer_norm(x.data(), B.norm2_w.data(), B.norm2_b.data(), n, h, 1e-6f, normed.data());
-    k_->linear(normed.data(), n, B.fc1.w, B.fc1.bias_or_null(), mlp.data());
-    k_->gelu_tanh(mlp.data(), n * cfg_.intermediate_size, mlp.data());
-    k_->linear(mlp.data(), n, B.fc2.w, B.fc2.bias_or_null(), tmp.data());
-    k_->add_inplace(x.data(), tmp.data(), n * h);
-    if (debug::dumping()) debug::dump("vision.block" + std::to_string(b), x.data(), {n, h});
+    k_->linear(attn, n, B.proj.w, B.proj.bias_or_null(), tmp);
+    k_->add_inplace(x, tmp, n * h);
+    k_->layer_norm(x, B.norm2_w.data(), B.norm2_b.data(), n, h, 1e-6f, normed);
+    k_->linear(normed, n, B.fc1.w, B.fc1.bias_or_null(), mlp);
+    k_->gelu_tanh(mlp, n * cfg_.intermediate_size, mlp);
+    k_->linear(mlp, n, B.fc2.w, B.fc2.bias_or_null(), tmp);
+    k_->add_inplace(x, tmp, n * h);
+    if (debug::dumping()) debug::dump("vision.block" + std::to_string(b), x, {n, h});
     if (tap < deepstack_.size() && cfg_.deepstack_visual_indexes[tap] == static_cast<std::int64_t>(b)) {
       float* dst = out[1].as<float>() + static_cast<std::int64_t>(tap) * (n / (m * m)) * cfg_.out_hidden_size;
-      merge(deepstack_[tap], x.data(), n, dst);
+      merge(deepstack_[tap], x, n, dst);
       if (debug::dumping())
         debug::dump("vision.deepstack" + std::to_string(tap), dst, {n / (m * m), cfg_.out_hidden_size});
       ++tap;
     }
   }
-  merge(merger_, x.data(), n, out[0].as<float>());
+  merge(merger_, x, n, out[0].as<float>());
   debug::dump("vision.merger", out[0].as<float>(), {n / (m * m), cfg_.out_hidden_size});
 }
 

@@ -21,7 +21,8 @@
 //   attention_i8  int8_attention.hpp's contract on the int8 kernel linear uses
 //   rms_norm, layer_norm, silu_mul, gelu_tanh, add_inplace, rope_rotate_half
 //               vectorized (contrib/math Exp and Tanh: 1-2 ulp)
-//   gelu_erf, gather_rows   the reference functions
+//   gelu_erf    the reference function, split across the pool
+//   gather_rows the reference function
 #pragma once
 
 #include "backends/cpu/kernel_set.hpp"
