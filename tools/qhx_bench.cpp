@@ -210,8 +210,9 @@ int main(int argc, char** argv) {
     const double params_llm = L * (H * nh * hd * 2 + H * nkv * hd * 2 + 3 * H * I);
     const double D = vc.at("hidden_size"), VI = vc.at("intermediate_size"), depth = vc.at("depth");
     const double out_h = vc.at("out_hidden_size"), merge = vc.at("spatial_merge_size");
-    const double patch_in = static_cast<double>(vc.at("in_channels")) * static_cast<double>(vc.at("temporal_patch_size")) *
-                            static_cast<double>(vc.at("patch_size")) * static_cast<double>(vc.at("patch_size"));
+    // The patch embedding's work per patch: a still image's T frames are folded into one (patch_embed stage).
+    const double patch_in = static_cast<double>(vc.at("in_channels")) * static_cast<double>(vc.at("patch_size")) *
+                            static_cast<double>(vc.at("patch_size"));
     const double n_mergers = 1.0 + static_cast<double>(vc.value("deepstack_visual_indexes", json::array()).size());
     const double params_vis_patch = patch_in * D + depth * (4 * D * D + 2 * D * VI);  // applied per patch
     const double md = D * merge * merge;

@@ -756,7 +756,9 @@ void gelu_erf(const float* x, std::int64_t n, float* y) {
   parallel_for(n, grain_for(40), [&](std::int64_t b, std::int64_t e) { ref::gelu_erf(x + b, e - b, y + b); });
 }
 
-void add_inplace(float* y, const float* x, std::int64_t n) { HWY_DYNAMIC_DISPATCH(AddRange)(y, x, 0, n); }
+void add_inplace(float* y, const float* x, std::int64_t n) {
+  parallel_for(n, std::int64_t{1} << 14, [&](std::int64_t b, std::int64_t e) { HWY_DYNAMIC_DISPATCH(AddRange)(y, x, b, e); });
+}
 
 void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
                       const float* sin) {

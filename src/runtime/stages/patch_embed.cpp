@@ -2,6 +2,9 @@
 // (normalized, patchified in merge-window order), the patch embedding (the
 // Conv3d as one matrix multiply, with bias) plus the interpolated learned
 // position embedding. Output: the vision graph's input [N, vision_hidden].
+#include <algorithm>
+#include <vector>
+
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
@@ -27,6 +30,22 @@ class PatchEmbedStage final : public Stage {
     patch_ = cpu::reshaped_matrix_weight(*patch.file, patch.tensor, vc.hidden_size, cols);
     bias_ = cpu::vector_weight(*bias.file, bias.tensor, vc.hidden_size);
     pos_ = cpu::matrix_weight(*pos.file, pos.tensor, vc.num_position_embeddings, vc.hidden_size);
+    // A still image fills all T frames of a patch with the same pixels, so the
+    // Conv3d over them equals a 2-D one whose kernel is the sum of the T frame
+    // slices: half the multiply-adds (T = 2). Summing first rounds differently
+    // from transformers' order only in the last bits of f32.
+    const std::int64_t T = vc.temporal_patch_size, pp = vc.patch_size * vc.patch_size;
+    frame_cols_ = vc.in_channels * pp;
+    folded_.assign(static_cast<std::size_t>(patch_.rows * frame_cols_), 0.0f);
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (std::int64_t o = 0; o < patch_.rows; ++o) {
+      cpu::weight_row_to_f32(patch_, o, row.data());
+      for (std::int64_t c = 0; c < vc.in_channels; ++c)
+        for (std::int64_t f = 0; f < T; ++f)
+          for (std::int64_t i = 0; i < pp; ++i)
+            folded_[static_cast<std::size_t>(o * frame_cols_ + c * pp + i)] += row[static_cast<std::size_t>((c * T + f) * pp + i)];
+    }
+    folded_w_ = {.data = folded_.data(), .dtype = DType::F32, .rows = patch_.rows, .cols = frame_cols_};
   }
 
   void run(RunContext& ctx) override {
@@ -41,7 +60,13 @@ class PatchEmbedStage final : public Stage {
       debug::dump("vision.pixel_values", px.data(), {n, static_cast<std::int64_t>(px.size()) / n});
       const std::size_t at = ctx.vision_hidden.size();
       ctx.vision_hidden.resize(at + static_cast<std::size_t>(n * hidden));
-      cpu::active_kernels().linear(px.data(), n, patch_, bias_.data(), ctx.vision_hidden.data() + at);
+      // The first frame of each patch row (all frames are the same image), against the folded kernel.
+      const std::int64_t cols = static_cast<std::int64_t>(px.size()) / n, pp = frame_cols_ / 3, T = cols / frame_cols_;
+      std::vector<float> frame(static_cast<std::size_t>(n * frame_cols_));
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t c = 0; c < 3; ++c)
+          std::copy_n(px.data() + r * cols + c * T * pp, pp, frame.data() + r * frame_cols_ + c * pp);
+      cpu::active_kernels().linear(frame.data(), n, folded_w_, bias_.data(), ctx.vision_hidden.data() + at);
       const auto pos = qwen3vl::interpolate_pos_embed(pos_, im.t, im.gh, im.gw, layout_.merge);
       pos_all.insert(pos_all.end(), pos.begin(), pos.end());
     }
@@ -56,6 +81,9 @@ class PatchEmbedStage final : public Stage {
   qwen3vl::PatchLayout layout_;
   cpu::WeightMatrix patch_, pos_;
   std::vector<float> bias_;
+  std::int64_t frame_cols_ = 0;   // C·p·p
+  std::vector<float> folded_;     // [hidden, C·p·p]: the kernel summed over its T frames
+  cpu::WeightMatrix folded_w_;
 };
 
 }  // namespace
