@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (0: default)")->check(CLI::NonNegativeNumber);
   app.add_option("--reps", reps, "calls per figure (best of)")->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "one JSON object");
+  std::string only;
+  app.add_option("--only", only, "run only the figures whose name contains this text");
   CLI11_PARSE(app, argc, argv);
   qhx::cpu::set_threads(threads);
   using namespace qhx::cpu;
@@ -54,7 +56,9 @@ int main(int argc, char** argv) {
   std::uniform_int_distribution<int> qd(-127, 127);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   nlohmann::json out = nlohmann::json::array();
+  const auto wanted = [&](const std::string& name) { return name.find(only) != std::string::npos; };
   for (const Shape& s : shapes) {
+    if (!wanted(s.name)) continue;
     std::vector<std::int8_t> q(static_cast<std::size_t>(s.n * s.k));
     for (auto& v : q) v = static_cast<std::int8_t>(qd(rng));
     std::vector<float> sw(static_cast<std::size_t>(s.n), 0.01f), x(static_cast<std::size_t>(s.m * s.k)),
@@ -81,6 +85,61 @@ int main(int argc, char** argv) {
       out.push_back({{"shape", s.name}, {"path", path}, {"ms", best}, {"weight_gb_s", gbs}, {"gop_s", gops}});
     }
   }
+  // One decode step's matrices, 8 layers of them (~400 MB as w8: far beyond any
+  // cache, so the figure is the DRAM stream a real decode step sees), called
+  // one after another as the decoder does: w8, w4 with bf16-valued scales (what
+  // qhx_export writes: streamed in 16 bits) and w4 with f32 scales (older
+  // bundles). Bytes are those streamed: weights and their scales as packed.
+  struct Mat {
+    std::int64_t n, k;
+  };
+  const Mat layer[] = {{2048, 2048}, {1024, 2048}, {1024, 2048}, {2048, 2048},
+                       {6144, 2048}, {6144, 2048}, {2048, 6144}};
+  constexpr int kStackLayers = 8;
+  struct Variant {
+    const char* name;
+    int bits;
+    float scale;  // 2^-7 is a bf16 value, 0.01 is not
+  };
+  const std::string stack_name = "decode stack, " + std::to_string(kStackLayers) + " layers";
+  for (const Variant& v : {Variant{"w8", 8, 0x1p-7f}, Variant{"w4", 4, 0x1p-7f}, Variant{"w4 f32-scales", 4, 0.01f}}) {
+    if (!wanted(stack_name)) break;
+    std::vector<WeightMatrix> stack;
+    std::int64_t bytes = 0, max_k = 0;
+    for (int l = 0; l < kStackLayers; ++l)
+      for (const Mat& mt : layer) {
+        std::vector<std::uint8_t> q(static_cast<std::size_t>(mt.n * mt.k * v.bits / 8));
+        for (auto& e : q) e = static_cast<std::uint8_t>(qd(rng));
+        std::vector<float> sw(static_cast<std::size_t>(v.bits == 8 ? mt.n : mt.n * mt.k / 32), v.scale);
+        WeightMatrix w = v.bits == 8
+                             ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
+                             : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
+        w.int8_activations = true;
+        w.packed = active_kernels().pack(w);
+        w.data = nullptr;  // decode reads the packed copy only
+        w.scales = nullptr;
+        stack.push_back(w);
+        const std::size_t scale_bytes = w.packed->scales_bf16 ? 2 : 4;
+        bytes += static_cast<std::int64_t>(q.size() + sw.size() * scale_bytes);
+        max_k = std::max(max_k, mt.k);
+      }
+    std::vector<float> x(static_cast<std::size_t>(max_k)), y(6144);
+    for (auto& e : x) e = nd(rng);
+    std::vector<double> times;
+    for (int i = 0; i < reps + 1; ++i) {
+      const auto t0 = Clock::now();
+      for (const WeightMatrix& w : stack) active_kernels().linear(x.data(), 1, w, nullptr, y.data());
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (i > 0) times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    const double gbs = static_cast<double>(bytes) / (med * 1e6);
+    const std::string path = std::string(v.name) + "/" + int8_kernel_best().name;
+    if (!json)
+      std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s weights (median)\n", stack_name.c_str(), path.c_str(), med, gbs);
+    out.push_back({{"shape", stack_name}, {"path", path}, {"ms", med}, {"weight_gb_s", gbs}});
+  }
   // Attention: the vision encoder's (1,024 patches, 16 heads of 64, non-causal) and a
   // decoder's prefill chunk and decode step (16 query heads over 8 KV heads of 128).
   struct Att {
@@ -92,6 +151,7 @@ int main(int argc, char** argv) {
                       {"attention prefill 320, causal", 320, 320, 16, 8, 128, 0, true},
                       {"attention decode at 1024 ctx", 1, 1024, 16, 8, 128, 1023, true}};
   for (const Att& a : atts) {
+    if (!wanted(a.name)) continue;
     std::vector<float> q(static_cast<std::size_t>(a.t * a.hq * a.d)), k(static_cast<std::size_t>(a.n * a.hkv * a.d)),
         v(k.size()), o(q.size());
     for (auto* vec : {&q, &k, &v})

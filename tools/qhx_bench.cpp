@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -195,11 +196,28 @@ int main(int argc, char** argv) {
     const auto log = [&](const std::string& s) { std::cerr << "qhx_bench: " << s << std::endl; };
     const auto t_start = std::chrono::steady_clock::now();
 
-    // Weight bytes read per decoded token: the LLM's and the lm-head's files.
-    const auto file_bytes = [&](const std::string& graph) {
-      return static_cast<double>(fs::file_size(dir / text_m.at("graphs").at(graph).at("weights").get<std::string>()));
+    // Weight bytes read per decoded token: the LLM's and the lm-head's tensors,
+    // as the CPU backend streams them (a w4 matrix's scales in 16 bits when
+    // every one is a bf16 value: docs/bundle.md).
+    const auto streamed_bytes = [&](const std::string& graph) {
+      const auto file =
+          qhx::SafetensorsFile::open(dir / text_m.at("graphs").at(graph).at("weights").get<std::string>());
+      double sum = 0;
+      for (const qhx::TensorView& t : file.tensors()) {
+        const bool w4_scale = t.name.size() > 6 && t.name.ends_with(".scale") && t.dtype == qhx::DType::F32 &&
+                              file.find(t.name.substr(0, t.name.size() - 6)) != nullptr &&
+                              file.get(t.name.substr(0, t.name.size() - 6)).dtype == qhx::DType::U8;
+        bool bf16 = w4_scale;
+        for (std::int64_t i = 0; bf16 && i < t.numel(); ++i) {
+          std::uint32_t bits;
+          std::memcpy(&bits, t.data + 4 * i, 4);
+          bf16 = (bits & 0xFFFFu) == 0;
+        }
+        sum += static_cast<double>(t.nbytes) / (bf16 ? 2 : 1);
+      }
+      return sum;
     };
-    const double bytes_per_token = file_bytes("llm") + file_bytes("lm_head");
+    const double bytes_per_token = streamed_bytes("llm") + streamed_bytes("lm_head");
 
     // Parameter counts (matrix weights only) from the config.
     const json& tc = cfg.at("text_config");

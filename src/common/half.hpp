@@ -1,4 +1,4 @@
-// IEEE 754 binary16 (f16) <-> f32, bit-exact and independent of the FPU's
+// bf16 <-> f32 (at the end), and IEEE 754 binary16 (f16) <-> f32, bit-exact and independent of the FPU's
 // rounding mode. Widening is exact (every f16 is an f32). Narrowing rounds to
 // nearest, ties to even, as numpy's astype(float16) and torch do: magnitudes
 // from 65520 up become infinity, those below 2^-25 (and 2^-25 itself, a tie
@@ -57,6 +57,23 @@ inline std::uint16_t f32_to_f16(float f) {
   const std::uint32_t half = 1u << (shift - 1);
   if (rem > half || (rem == half && (q & 1u) != 0)) ++q;  // q == 1024 is the smallest normal: still right
   return static_cast<std::uint16_t>(sign | q);
+}
+
+// bf16: the upper half of an f32. Widening is a shift; narrowing rounds to
+// nearest, ties to even (as torch's .to(bfloat16)), for finite inputs (a value
+// within half a bf16 ulp of FLT_MAX rounds to infinity).
+inline float bf16_to_f32(std::uint16_t v) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>(x >> 16);
 }
 
 }  // namespace qhx

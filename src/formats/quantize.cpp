@@ -28,6 +28,16 @@ float symmetric_scale(const float* w, std::int64_t n, float qmax) {
   return s == 0.0f ? 1.0f : s;
 }
 
+// bf16(max|w| / 7): a 16-bit value, so the CPU kernels stream w4's scales in
+// half the bytes (int8_matmul.hpp); the q are rounded against this scale, so the
+// half-step bound holds as it would for max / 7 (|w| / scale <= 7 · (1 + 2^-8) < 7.5).
+// A group whose scale would be 0 or below the smallest normal float 2^-126 (where
+// bf16 keeps too few bits to bound |w| / scale) is stored as zeros with scale 1.
+float w4_group_scale(const float* w) {
+  const float s = bf16_to_f32(f32_to_bf16(max_abs(w, kW4Group) / 7.0f));
+  return s < 0x1p-126f ? 1.0f : s;
+}
+
 int quantize_one(float w, float scale, float qmin, float qmax) {
   return static_cast<int>(std::clamp(round_half_even(w / scale), qmin, qmax));
 }
@@ -103,7 +113,7 @@ void quantize_w4_row(const float* w, std::int64_t cols, std::uint8_t* packed, fl
   check_finite(w, cols);
   for (std::int64_t g = 0; g < cols / kW4Group; ++g) {
     const float* wg = w + g * kW4Group;
-    const float scale = symmetric_scale(wg, kW4Group, 7.0f);
+    const float scale = w4_group_scale(wg);
     scales[g] = scale;
     for (std::int64_t j = 0; j < kW4Group / 2; ++j) {
       const auto lo = static_cast<unsigned>(quantize_one(wg[2 * j], scale, -8.0f, 7.0f)) & 0xFu;

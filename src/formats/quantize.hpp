@@ -9,10 +9,12 @@
 //   w8   I8 [rows, cols] + F32 scales [rows]: per row, scale = max|w| / 127,
 //        q = clamp(round_half_even(w / scale), -127, 127)
 //   w4   U8 [rows, cols / 2] + F32 scales [rows, cols / 32]: per group of 32 columns,
-//        scale = max|w| / 7, q = clamp(round_half_even(w / scale), -8, 7), two's-complement
+//        scale = bf16(max|w| / 7) (round to nearest even: a value 16 bits hold),
+//        q = clamp(round_half_even(w / scale), -8, 7), two's-complement
 //        nibbles, column 2j in the low nibble of byte j, 2j + 1 in the high one
 // A row or group that is all zeros gets scale 1 (not 0, which would make w / scale
-// 0 / 0): its q are 0 and so are its values. Value = float(q) * scale.
+// 0 / 0): its q are 0 and so are its values; so does a w4 group whose scale
+// would be below 2^-126. Value = float(q) * scale.
 // Non-finite inputs are errors (they would poison a whole row or group).
 #pragma once
 

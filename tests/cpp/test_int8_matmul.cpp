@@ -171,7 +171,9 @@ struct DataW4 {
   WeightMatrix w;
 };
 
-DataW4 make_w4(const Case& c, std::mt19937& rng) {
+// bf16_scales: every scale a bf16 value, as qhx_export writes them (packed in
+// 16 bits); otherwise arbitrary f32 scales (older bundles: packed in 32 bits).
+DataW4 make_w4(const Case& c, std::mt19937& rng, bool bf16_scales) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_int_distribution<int> qd(-8, 7);
   DataW4 d;
@@ -181,6 +183,10 @@ DataW4 make_w4(const Case& c, std::mt19937& rng) {
   for (auto& v : d.b) v = nd(rng);
   d.sw.resize(static_cast<std::size_t>(c.n * c.k / 32));
   for (auto& v : d.sw) v = std::abs(nd(rng)) * 0.1f + 1e-3f;
+  if (bf16_scales)
+    for (auto& v : d.sw) v = bf16_to_f32(f32_to_bf16(v));
+  else
+    d.sw[0] = 0.1f + 0x1p-20f;  // not a bf16 value, whatever the draw
   d.qw.resize(static_cast<std::size_t>(c.n * c.k));
   for (auto& v : d.qw) v = qd(rng);
   d.qw[0] = -8;  // the extremes of the nibble range
@@ -221,7 +227,7 @@ const Case kW4Cases[] = {{1, 1, 32},   {1, 16, 64},   {3, 33, 32},  {5, 50, 128}
 TEST(Int8MatmulW4, ReferenceFollowsTheContract) {
   std::mt19937 rng(23);
   for (const Case& c : kW4Cases) {
-    const DataW4 d = make_w4(c, rng);
+    const DataW4 d = make_w4(c, rng, false);
     for (const bool bias : {true, false}) {
       std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
       ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
@@ -235,20 +241,34 @@ TEST(Int8MatmulW4, EveryPackedKernelEqualsTheReference) {
   std::mt19937 rng(29);
   for (const int threads : {1, 2}) {
     set_threads(threads);
-    for (const Case& c : kW4Cases) {
-      const DataW4 d = make_w4(c, rng);
-      expect_packed_kernels_match(d.w, d.x, d.b, c, "w4");
-    }
+    for (const Case& c : kW4Cases)
+      for (const bool bf16 : {true, false}) {
+        const DataW4 d = make_w4(c, rng, bf16);
+        expect_packed_kernels_match(d.w, d.x, d.b, c, bf16 ? "w4 (bf16 scales)" : "w4 (f32 scales)");
+      }
   }
   set_threads(0);
 }
 
 TEST(Int8MatmulW4, KernelSetsRunPreparedMatrices) {
   std::mt19937 rng(31);
-  for (const Case& c : kW4Cases) {
-    const DataW4 d = make_w4(c, rng);
-    expect_kernel_sets_match(d.w, d.x, d.b, c, "w4");
-  }
+  for (const Case& c : kW4Cases)
+    for (const bool bf16 : {true, false}) {
+      const DataW4 d = make_w4(c, rng, bf16);
+      expect_kernel_sets_match(d.w, d.x, d.b, c, bf16 ? "w4 (bf16 scales)" : "w4 (f32 scales)");
+    }
+}
+
+TEST(Int8MatmulW4, ScalesArePackedIn16BitsExactlyWhenAllAreBf16) {
+  std::mt19937 rng(37);
+  const Case c{1, 33, 64};
+  for (const Int8Kernel* k : int8_kernels_available())
+    for (const bool bf16 : {true, false}) {
+      const DataW4 d = make_w4(c, rng, bf16);
+      const auto packed = pack_i8(d.w, *k);
+      EXPECT_EQ(packed->scales_bf16 != nullptr, bf16) << k->name;
+      EXPECT_EQ(packed->scales != nullptr, !bf16) << k->name;
+    }
 }
 
 TEST(Int8Matmul, EveryQuantizerEqualsTheReference) {

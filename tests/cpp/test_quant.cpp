@@ -165,6 +165,18 @@ TEST(Quantize, W8TiesZeroRowsAndTinyRows) {
   EXPECT_EQ(q[1], 0);
 }
 
+// The bf16 nearest to f > 0, ties to even, chosen between f's two bf16
+// neighbours by their distance in double (not by half.hpp's bit trick).
+float nearest_bf16(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  const std::uint32_t lo_bits = b & 0xFFFF0000u, hi_bits = lo_bits + 0x10000u;
+  const float lo = bits_f32(lo_bits), hi = bits_f32(hi_bits);
+  const double dl = static_cast<double>(f) - lo, dh = static_cast<double>(hi) - f;
+  if (dl != dh) return dl < dh ? lo : hi;
+  return (lo_bits & 0x10000u) == 0 ? lo : hi;
+}
+
 TEST(Quantize, W4ErrorBoundPerGroup) {
   std::mt19937 rng(11);
   for (const std::size_t cols : {32u, 64u, 320u}) {
@@ -176,7 +188,7 @@ TEST(Quantize, W4ErrorBoundPerGroup) {
     for (std::size_t g = 0; g < cols / 32; ++g) {
       float m = 0;
       for (std::size_t c = g * 32; c < g * 32 + 32; ++c) m = std::max(m, std::abs(w[c]));
-      EXPECT_EQ(scales[g], m / 7.0f) << g;
+      EXPECT_EQ(scales[g], nearest_bf16(m / 7.0f)) << g;  // a bf16 value, so kernels may keep it in 16 bits
       for (std::size_t c = g * 32; c < g * 32 + 32; ++c) {
         const int qv = cpu::w4_nibble(packed[c / 2], static_cast<int>(c % 2));
         ASSERT_GE(qv, -8);
@@ -185,6 +197,29 @@ TEST(Quantize, W4ErrorBoundPerGroup) {
       }
     }
   }
+}
+
+TEST(Quantize, W4ScalesRoundToBf16AndTinyGroupsBecomeZero) {
+  // Group 0: max 7 · 1.00390625 = 7 · (1 + 2^-8), a tie between bf16 1 and 1 + 2^-7:
+  // ties to even (1), and then |w| / scale = 7.027 still rounds to q = 7.
+  // Group 1: max 7 · 2^-127, a scale below the smallest normal float: zeros, scale 1.
+  std::vector<float> w(64, 0.0f);
+  w[0] = 7.0f * 1.00390625f;
+  w[1] = -3.0f;
+  w[32] = 7.0f * 0x1p-127f;
+  w[33] = -0x1p-127f;
+  std::vector<std::uint8_t> packed(32);
+  std::vector<float> scales(2);
+  quantize_w4_row(w.data(), 64, packed.data(), scales.data());
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_EQ(cpu::w4_nibble(packed[0], 0), 7);
+  EXPECT_EQ(cpu::w4_nibble(packed[0], 1), -3);
+  EXPECT_EQ(scales[1], 1.0f);
+  EXPECT_EQ(packed[16], 0);
+  // 1 + 3 · 2^-9 lies between the bf16 values 1 and 1 + 2^-7, nearer the upper one.
+  w[0] = 7.0f * (1.0f + 3.0f * 0x1p-9f);
+  quantize_w4_row(w.data(), 64, packed.data(), scales.data());
+  EXPECT_EQ(scales[0], 1.0f + 0x1p-7f);
 }
 
 TEST(Quantize, W4PackingTiesAndZeroGroups) {

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from safetensors import safe_open
 
 from conftest import run_tool, stderr_text, tool_path
@@ -46,10 +47,19 @@ def w4_source() -> np.ndarray:
     return w
 
 
-def symmetric(w: np.ndarray, qmax: int, qmin: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scales and q over the last axis per the contract: scale = max|w| / qmax (1 if that is 0),
-    q = clamp(round_half_even(w / scale), qmin, qmax); all arithmetic in f32."""
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to the nearest bf16 (ties to even), as torch rounds it, back in f32."""
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+def symmetric(w: np.ndarray, qmax: int, qmin: int, bf16_scale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Scales and q over the last axis per the contract: scale = max|w| / qmax (w4: rounded to
+    bf16; 1 if that is 0 or, w4, below 2^-126), q = clamp(round_half_even(w / scale), qmin, qmax);
+    all arithmetic in f32."""
     scale = np.max(np.abs(w), axis=-1) / np.float32(qmax)
+    if bf16_scale:
+        scale = to_bf16(scale)
+        scale = np.where(scale < np.float32(2.0**-126), np.float32(1), scale)
     scale = np.where(scale == 0, np.float32(1), scale).astype(np.float32)
     q = np.clip(np.rint(w / scale[..., None]), qmin, qmax)
     return scale, q.astype(np.int8)
@@ -62,7 +72,7 @@ def expect_w8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def expect_w4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(packed U8 [rows, cols/2], scales [rows, cols/32], q [rows, cols])."""
     rows, cols = w.shape
-    scale, q = symmetric(w.reshape(rows, cols // 32, 32), 7, -8)
+    scale, q = symmetric(w.reshape(rows, cols // 32, 32), 7, -8, bf16_scale=True)
     q = q.reshape(rows, cols)
     nib = q.astype(np.uint8) & 0xF
     packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)

@@ -103,9 +103,11 @@ void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, c
               const std::uint8_t b = blk[j * 64 + jr * 4 + t];
               isum[jr] += (b & 0xF) * qi[32 * g + 8 * j + t] + (b >> 4) * qi[32 * g + 8 * j + 4 + t];
             }
-        const float* sw = w.scales.get() + (p * w.groups + g) * P;
-        for (int jr = 0; jr < P; ++jr)
-          acc[jr] = std::fma(static_cast<float>(isum[jr] - 8 * xsum[i * w.groups + g]), sx[i] * sw[jr], acc[jr]);
+        const std::int64_t s0 = (p * w.groups + g) * P;
+        for (int jr = 0; jr < P; ++jr) {
+          const float sw = w.scales_bf16 ? bf16_to_f32(w.scales_bf16.get()[s0 + jr]) : w.scales.get()[s0 + jr];
+          acc[jr] = std::fma(static_cast<float>(isum[jr] - 8 * xsum[i * w.groups + g]), sx[i] * sw, acc[jr]);
+        }
       }
       for (std::int64_t jr = 0; jr < nr; ++jr) y[i * ldy + r0 + jr] = acc[jr] + (bias ? bias[r0 + jr] : 0.0f);
     }
@@ -152,10 +154,17 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
   out->bits = 4;
   out->groups = w.cols / kW4GroupSize;
   const std::int64_t G = out->groups;
+  const std::int64_t n_scales = w.rows * G;
+  bool bf16 = true;
+  for (std::int64_t i = 0; i < n_scales && bf16; ++i) bf16 = bf16_to_f32(f32_to_bf16(w.scales[i])) == w.scales[i];
   out->data = aligned_array<std::int8_t>(out->panels * G * 256);
-  out->scales = aligned_array<float>(out->panels * G * P);
+  if (bf16)
+    out->scales_bf16 = aligned_array<std::uint16_t>(out->panels * G * P);
+  else
+    out->scales = aligned_array<float>(out->panels * G * P);
   auto* dst = reinterpret_cast<std::uint8_t*>(out->data.get());
   float* scales = out->scales.get();
+  std::uint16_t* scales16 = out->scales_bf16.get();
   const auto* src = static_cast<const std::uint8_t*>(w.data);
   const std::int64_t rows = w.rows, half = w.cols / 2;
   parallel_for(out->panels, 1, [&](std::int64_t b, std::int64_t e) {
@@ -163,7 +172,11 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
       for (int jr = 0; jr < P; ++jr) {
         const std::int64_t r = p * P + jr;
         for (std::int64_t g = 0; g < G; ++g) {
-          scales[(p * G + g) * P + jr] = r < rows ? w.scales[r * G + g] : 0.0f;
+          const float sw = r < rows ? w.scales[r * G + g] : 0.0f;
+          if (bf16)
+            scales16[(p * G + g) * P + jr] = f32_to_bf16(sw);
+          else
+            scales[(p * G + g) * P + jr] = sw;
           for (int j = 0; j < 4; ++j)
             for (int t = 0; t < 4; ++t) {
               std::uint8_t byte = 0x88;  // both nibbles 0 + 8 past the last row

@@ -64,6 +64,11 @@ struct PackedI8 {
   std::shared_ptr<std::int32_t> row_sums;  // [panels · panel]: Σ_k qw[r, k] (for offset activations)
   std::shared_ptr<float> scales;           // w8: [panels · panel]: sw_r, 0 past the last row;
                                            // w4: [panels, groups, panel]: sw[r, g], 0 past the last row
+                                           //     (null when scales_bf16 holds them)
+  // w4 whose every sw is a bf16 value (what qhx_export writes, docs/bundle.md):
+  // the same [panels, groups, panel] in 16 bits, so decode streams 4.5 bits per
+  // weight instead of 5. The values, and so the contract's results, are identical.
+  std::shared_ptr<std::uint16_t> scales_bf16;
   int bits = 8;                            // 8: w8 layout; 4: w4 layout (above)
   std::int64_t groups = 0;                 // w4: cols / 32
 };

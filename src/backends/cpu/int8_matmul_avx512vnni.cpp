@@ -259,11 +259,21 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
 }
 
 // ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
+// A panel-group's 16 scales as f32, from either form PackedI8 keeps them in
+// (S = float, or std::uint16_t: bf16, widened exactly by a shift).
+inline const float* w4_scales(const PackedI8& w, const float*) { return w.scales.get(); }
+inline const std::uint16_t* w4_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
+inline __m512 load_w4_scales(const float* s) { return _mm512_load_ps(s); }
+inline __m512 load_w4_scales(const std::uint16_t* s) {
+  const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // Per group of 32 columns: the nibbles of one 64-byte vector split into two
 // vectors of unsigned bytes (k4 steps 2j and 2j + 1), multiplied as vpdpbusd's
 // unsigned operand by broadcast signed activations; then 8 · (group sum of the
 // activations) comes off, and the group's int32 sums are scaled into f32.
-template <int MR, int NR>
+template <class S, int MR, int NR>
 __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::int64_t ldq, const float* sx,
                                                    const std::int32_t* xsum, const PackedI8& w, const float* bias,
                                                    float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
@@ -300,7 +310,7 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
       const __m512 si = _mm512_set1_ps(sx[i0 + i]);
       for (int jn = 0; jn < NR; ++jn) {
         const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][jn], corr));
-        const __m512 sc = _mm512_mul_ps(si, _mm512_load_ps(w.scales.get() + ((p + jn) * G + g) * kP));
+        const __m512 sc = _mm512_mul_ps(si, load_w4_scales(w4_scales(w, static_cast<const S*>(nullptr)) + ((p + jn) * G + g) * kP));
         facc[i][jn] = _mm512_fmadd_ps(v, sc, facc[i][jn]);
       }
     }
@@ -318,12 +328,13 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
 // two accumulator chains per panel (low and high nibbles), named variables and
 // one-instruction asm so GCC keeps every accumulator in a register (see tile_8x3).
 #define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+template <class S>
 void tile_w4_1x4(const std::uint8_t* q, const float* sx, const std::int32_t* xsum, const PackedI8& w,
                  const float* bias, float* y, std::int64_t p) {
   const std::int64_t G = w.groups;
   const auto* b0 = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * 256;
   const std::int64_t ps = G * 256;  // bytes per panel
-  const float* s0 = w.scales.get() + p * G * kP;
+  const S* s0 = w4_scales(w, static_cast<const S*>(nullptr)) + p * G * kP;
   const std::int64_t ss = G * kP;  // scales per panel
   const __m512i nib = _mm512_set1_epi8(0x0F);
   const __m512 si = _mm512_set1_ps(sx[0]);
@@ -348,15 +359,15 @@ void tile_w4_1x4(const std::uint8_t* q, const float* sx, const std::int32_t* xsu
       QHX_DP(h3, _mm512_and_si512(_mm512_srli_epi16(r3, 4), nib), v1);
     }
     const __m512i corr = _mm512_set1_epi32(8 * xsum[g]);
-    const float* sg = s0 + g * kP;
+    const S* sg = s0 + g * kP;
     f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l0, h0), corr)),
-                         _mm512_mul_ps(si, _mm512_load_ps(sg)), f0);
+                         _mm512_mul_ps(si, load_w4_scales(sg)), f0);
     f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l1, h1), corr)),
-                         _mm512_mul_ps(si, _mm512_load_ps(sg + ss)), f1);
+                         _mm512_mul_ps(si, load_w4_scales(sg + ss)), f1);
     f2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l2, h2), corr)),
-                         _mm512_mul_ps(si, _mm512_load_ps(sg + 2 * ss)), f2);
+                         _mm512_mul_ps(si, load_w4_scales(sg + 2 * ss)), f2);
     f3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(l3, h3), corr)),
-                         _mm512_mul_ps(si, _mm512_load_ps(sg + 3 * ss)), f3);
+                         _mm512_mul_ps(si, load_w4_scales(sg + 3 * ss)), f3);
   }
   const __m512 f[4] = {f0, f1, f2, f3};
   for (int jn = 0; jn < 4; ++jn) {
@@ -373,23 +384,34 @@ using TileW4Fn = void (*)(const std::uint8_t*, std::int64_t, const float*, const
                           const float*, float*, std::int64_t, std::int64_t, std::int64_t);
 constexpr int kW4MaxMR = 4;
 constexpr int kW4MaxNR = 2;
-constexpr TileW4Fn kW4Tiles[kW4MaxMR][kW4MaxNR] = {{tile_w4<1, 1>, tile_w4<1, 2>},
-                                                   {tile_w4<2, 1>, tile_w4<2, 2>},
-                                                   {tile_w4<3, 1>, tile_w4<3, 2>},
-                                                   {tile_w4<4, 1>, tile_w4<4, 2>}};
+template <class S>
+constexpr TileW4Fn kW4Tiles[kW4MaxMR][kW4MaxNR] = {{tile_w4<S, 1, 1>, tile_w4<S, 1, 2>},
+                                                   {tile_w4<S, 2, 1>, tile_w4<S, 2, 2>},
+                                                   {tile_w4<S, 3, 1>, tile_w4<S, 3, 2>},
+                                                   {tile_w4<S, 4, 1>, tile_w4<S, 4, 2>}};
 
-void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
-             const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+template <class S>
+void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                    const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                    std::int64_t p0, std::int64_t p1) {
   if (m == 1) {  // decode: four panels per pass, each a sequential stream
     std::int64_t p = p0;
-    for (; p + 4 <= p1; p += 4) tile_w4_1x4(q, sx, xsum, w, bias, y, p);
-    for (; p < p1; ++p) tile_w4<1, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
+    for (; p + 4 <= p1; p += 4) tile_w4_1x4<S>(q, sx, xsum, w, bias, y, p);
+    for (; p < p1; ++p) tile_w4<S, 1, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, 0);
     return;
   }
   for_each_tile(m, p0, p1, w.groups * 256, kW4MaxMR, kW4MaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-    kW4Tiles[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+    kW4Tiles<S>[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
   });
+}
+
+void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+             const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  if (w.scales_bf16)
+    gemm_w4_scaled<std::uint16_t>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  else
+    gemm_w4_scaled<float>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
 }
 
 }  // namespace

@@ -59,13 +59,6 @@ struct WeightMatrix {
 // "f32", "bf16", "f16", "w8", "w4" (or "invalid"), for messages.
 const char* weight_format_name(const WeightMatrix& w);
 
-inline float bf16_to_f32(std::uint16_t v) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 // The signed value of nibble `high` (0 = low, 1 = high) of a w4 byte.
 inline int w4_nibble(std::uint8_t byte, int high) {
   const int v = (byte >> (high != 0 ? 4 : 0)) & 0xF;
