@@ -47,6 +47,9 @@ nlohmann::json llm_graphs(const BundleFiles& f) {
       {"lm_head", {{"backend", "cpu"}, {"kind", "linear"}, {"weights", f.lm_head}, {"tensor", "lm_head.weight"}}}};
   add_activations(f, g["llm"]);
   add_activations(f, g["lm_head"]);
+  // Quantized bundles keep the KV cache in f16 (half the memory and the bytes
+  // decode reads, as llama.cpp does); f32 and f16 bundles keep it exact.
+  if (f.weights == "w8" || f.weights == "w4") g["llm"]["kv_cache"] = "f16";
   return g;
 }
 

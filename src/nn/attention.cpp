@@ -14,8 +14,8 @@ AttentionScratch::AttentionScratch(std::int64_t max_tokens, std::int64_t heads, 
       out() {}
 
 void self_attention(const cpu::KernelSet& k, const AttentionWeights& w, const AttentionShape& s, const float* x,
-                    std::int64_t T, std::int64_t start, const float* cos, const float* sin, float* k_cache,
-                    float* v_cache, AttentionScratch& sc, float* residual) {
+                    std::int64_t T, std::int64_t start, const float* cos, const float* sin, const KvCache& cache,
+                    AttentionScratch& sc, float* residual) {
   const std::int64_t d = s.head_dim, hq = s.heads, hkv = s.kv_heads;
   const std::int64_t hidden = w.o.w.rows;
   if (sc.out.size() < static_cast<std::size_t>(T * hidden)) sc.out.resize(static_cast<std::size_t>(T * hidden));
@@ -29,12 +29,21 @@ void self_attention(const cpu::KernelSet& k, const AttentionWeights& w, const At
   k.rope_rotate_half(sc.k.data(), T, hkv, d, cos, sin);
 
   // The cache holds k after norm and RoPE, v as projected.
-  const auto row = static_cast<std::size_t>(hkv * d);
-  std::memcpy(k_cache + start * hkv * d, sc.k.data(), static_cast<std::size_t>(T) * row * sizeof(float));
-  std::memcpy(v_cache + start * hkv * d, sc.v.data(), static_cast<std::size_t>(T) * row * sizeof(float));
-
+  const std::int64_t row = hkv * d, at = start * row;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  k.attention(sc.q.data(), k_cache, v_cache, T, start + T, hq, hkv, d, start, scale, /*causal=*/true, sc.attn.data());
+  if (cache.f16) {
+    auto* kc = static_cast<std::uint16_t*>(cache.k);
+    auto* vc = static_cast<std::uint16_t*>(cache.v);
+    k.to_f16(sc.k.data(), T * row, kc + at);
+    k.to_f16(sc.v.data(), T * row, vc + at);
+    k.attention_f16kv(sc.q.data(), kc, vc, T, start + T, hq, hkv, d, start, scale, /*causal=*/true, sc.attn.data());
+  } else {
+    auto* kc = static_cast<float*>(cache.k);
+    auto* vc = static_cast<float*>(cache.v);
+    std::memcpy(kc + at, sc.k.data(), static_cast<std::size_t>(T * row) * sizeof(float));
+    std::memcpy(vc + at, sc.v.data(), static_cast<std::size_t>(T * row) * sizeof(float));
+    k.attention(sc.q.data(), kc, vc, T, start + T, hq, hkv, d, start, scale, /*causal=*/true, sc.attn.data());
+  }
   k.linear(sc.attn.data(), T, w.o.w, w.o.bias_or_null(), sc.out.data());
   k.add_inplace(residual, sc.out.data(), T * hidden);
 }

@@ -28,12 +28,21 @@ struct AttentionScratch {
   std::vector<float> q, k, v, attn, out;  // q/attn [T, hq·d]; k/v [T, hkv·d]; out [T, hidden]
 };
 
+// One layer's KV cache: keys and values [ctx, kv_heads, head_dim], stored as
+// f32 or as f16 (half the memory and the bytes decode reads; keys and values
+// are rounded to f16 once, when written).
+struct KvCache {
+  void* k = nullptr;
+  void* v = nullptr;
+  bool f16 = false;
+};
+
 // residual[T, hidden] += o_proj(attention(x)), with x [T, hidden] already
 // normed. Tokens sit at absolute indices start .. start+T−1; their keys and
-// values are written to k_cache/v_cache [ctx, kv_heads, head_dim] there, and
-// each token attends to every cached token up to itself. cos/sin [T, head_dim].
+// values are written to the cache there, and each token attends to every
+// cached token up to itself. cos/sin [T, head_dim].
 void self_attention(const cpu::KernelSet& k, const AttentionWeights& w, const AttentionShape& s, const float* x,
-                    std::int64_t T, std::int64_t start, const float* cos, const float* sin, float* k_cache,
-                    float* v_cache, AttentionScratch& scratch, float* residual);
+                    std::int64_t T, std::int64_t start, const float* cos, const float* sin, const KvCache& cache,
+                    AttentionScratch& scratch, float* residual);
 
 }  // namespace qhx::nn

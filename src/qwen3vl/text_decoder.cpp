@@ -35,6 +35,7 @@ class TextDecoder final : public Delegate {
   std::string name_;
   Qwen3VLTextConfig cfg_;
   std::int64_t ctx_ = 0, max_t_ = 0;
+  bool kv_f16_ = false;  // "kv_cache": "f16"
   std::optional<Checkpoint> ckpt_;  // mapped; the weights below point into it
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;  // [hidden]
@@ -56,6 +57,11 @@ void TextDecoder::init(const GraphBlob& blob) {
   ctx_ = blob.context_length;
   max_t_ = blob.max_tokens_per_call;
   if (ctx_ <= 0 || max_t_ <= 0) fail("graph \"", name_, "\": context length and prefill chunk must be positive");
+  if (const auto it = blob.spec.find("kv_cache"); it != blob.spec.end()) {
+    if (!it->is_string() || (*it != "f32" && *it != "f16"))
+      fail("graph \"", name_, "\": \"kv_cache\" must be \"f32\" or \"f16\", not ", it->dump());
+    kv_f16_ = *it == "f16";
+  }
 
   const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, hq = cfg_.num_attention_heads,
                      hkv = cfg_.num_key_value_heads, inter = cfg_.intermediate_size;
@@ -98,7 +104,8 @@ std::vector<IoSpec> TextDecoder::input_specs() const {
   return {{"embeds", DType::F32, {-1, h}},
           {"positions", DType::I32, {3, -1}},
           {"start", DType::I64, {1}},
-          {"kv_cache", DType::F32, {cfg_.num_hidden_layers, 2, ctx_, cfg_.num_key_value_heads, cfg_.head_dim}},
+          {"kv_cache", kv_f16_ ? DType::F16 : DType::F32,
+           {cfg_.num_hidden_layers, 2, ctx_, cfg_.num_key_value_heads, cfg_.head_dim}},
           {"deepstack", DType::F32, {-1, -1, h}},
           {"image_mask", DType::U8, {-1}}};
 }
@@ -128,18 +135,18 @@ void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorR
 
   const auto* mask = in[5].as<std::uint8_t>();
   const auto* deepstack = in[4].as<const float>();
-  float* kv = in[3].as<float>();
-  const std::int64_t kv_layer = 2 * ctx_ * cfg_.num_key_value_heads * cfg_.head_dim;
+  auto* kv = in[3].as<std::byte>();
+  const std::int64_t kv_layer = 2 * ctx_ * cfg_.num_key_value_heads * cfg_.head_dim;  // elements
+  const std::int64_t kv_size = kv_f16_ ? 2 : 4;  // bytes per element
   const nn::AttentionShape shape{cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim,
                                  static_cast<float>(cfg_.rms_norm_eps)};
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const auto li = static_cast<std::int64_t>(l);
-    float* k_cache = kv + li * kv_layer;
-    float* v_cache = k_cache + kv_layer / 2;
+    std::byte* k_cache = kv + li * kv_layer * kv_size;
+    const nn::KvCache cache{k_cache, k_cache + kv_layer / 2 * kv_size, kv_f16_};
     k_->rms_norm(h, L.input_norm.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), x_.data());
-    nn::self_attention(*k_, L.attn, shape, x_.data(), T, start, cos_.data(), sin_.data(), k_cache, v_cache,
-                       attn_scratch_, h);
+    nn::self_attention(*k_, L.attn, shape, x_.data(), T, start, cos_.data(), sin_.data(), cache, attn_scratch_, h);
     k_->rms_norm(h, L.post_norm.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), x_.data());
     nn::swiglu_mlp(*k_, L.mlp, x_.data(), T, mlp_scratch_, h);
     if (debug::dumping()) debug::dump("hidden.layer" + std::to_string(l), h, {T, hidden});

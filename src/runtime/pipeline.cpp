@@ -1,7 +1,10 @@
 #include "qhexrt/pipeline.hpp"
 #include "runtime/manifest.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "qhexrt/error.hpp"
@@ -58,6 +61,21 @@ auto in_manifest(const Manifest& m, const std::string& what, Fn&& fn) {
   }
 }
 
+}  // namespace
+
+StateBuffer make_state_buffer(std::size_t bytes) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t rounded = std::max<std::size_t>((bytes + kHuge - 1) / kHuge * kHuge, kHuge);
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (p == nullptr) fail("out of memory: a graph's state needs ", rounded, " bytes");
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE);  // advisory: failure is harmless
+#endif
+  return StateBuffer(static_cast<std::byte*>(p));
+}
+
+namespace {
+
 void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg) {
   GraphBlob blob{name,           mg.kind, res.manifest.dir, mg.spec, res.manifest.context_length,
                  res.manifest.prefill_chunk, res.manifest.version};
@@ -73,7 +91,7 @@ void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg
     for (const auto d : s.shape) n *= d;
     // Left uninitialized: only positions already written are ever read, and
     // untouched pages of a long context cost no memory.
-    g.state.emplace(s.name, std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(n)));
+    g.state.emplace(s.name, make_state_buffer(static_cast<std::size_t>(n) * dtype_size(s.dtype)));
   }
   res.graphs.emplace(name, std::move(g));
 }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,12 +30,21 @@ struct Table {
   cpu::WeightMatrix matrix;  // [rows, cols] when the tensor is a matrix (else empty)
 };
 
-// A graph and its persistent state tensors (the KV cache), by input name.
+// A graph's persistent state tensor (the KV cache): uninitialized bytes on
+// 2 MiB pages where the system grants them (decode streams the KV cache like the
+// weights, and 4 KiB pages would cost a TLB miss every few rows).
+struct StateFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using StateBuffer = std::unique_ptr<std::byte[], StateFree>;
+StateBuffer make_state_buffer(std::size_t bytes);
+
+// A graph and its persistent state tensors, by input name.
 struct Graph {
   std::string name;
   std::unique_ptr<Delegate> delegate;
   std::vector<IoSpec> inputs, outputs;
-  std::map<std::string, std::unique_ptr<float[]>> state;
+  std::map<std::string, StateBuffer> state;  // of the input's dtype and shape
   std::vector<float> hidden;         // [T, hidden] output buffer, reused across calls
   std::vector<std::uint8_t> no_mask; // [T] zeros, for calls without images
 };

@@ -5,7 +5,9 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -195,8 +197,21 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
   for (const auto& [T, N, HQ, HKV, D, start] :
        {std::array{3, 7, 4, 2, 5, 4}, {1, 50, 4, 2, 128, 49}, {2, 33, 6, 2, 64, 31}, {1, 9, 3, 3, 128, 8}, {37, 40, 4, 2, 64, 3}, {20, 20, 2, 2, 128, 0}, {9, 9, 3, 1, 64, 0}}) {
   SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
-  const auto q = random(T * HQ * D), kc = random(N * HKV * D), vc = random(N * HKV * D);
+  const auto q = random(T * HQ * D);
+  auto kc = random(N * HKV * D), vc = random(N * HKV * D);
+  // Keys and values as f32 (attention) and as f16 (attention_f16kv: a decoder's
+  // KV cache); the f16 case rounds them first, so both are held to the same values.
+  for (const bool f16 : {false, true}) {
+  std::vector<std::uint16_t> kh(kc.size()), vh(vc.size());
+  if (f16)
+    for (std::size_t i = 0; i < kc.size(); ++i) {
+      kh[i] = f32_to_f16(kc[i]);
+      vh[i] = f32_to_f16(vc[i]);
+      kc[i] = f16_to_f32(kh[i]);
+      vc[i] = f16_to_f32(vh[i]);
+    }
   for (const bool causal : {true, false}) {
+    SCOPED_TRACE(std::string(f16 ? "f16" : "f32") + (causal ? " causal" : " full"));
     std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
     for (int i = 0; i < T; ++i)
       for (int h = 0; h < HQ; ++h) {
@@ -215,9 +230,48 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
           for (int c = 0; c < D; ++c) want[(i * HQ + h) * D + c] += s[j] / sum * vc[(j * HKV + kvh) * D + c];
       }
     std::vector<float> out(want.size());
-    k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
+    if (f16)
+      k().attention_f16kv(q.data(), kh.data(), vh.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
+    else
+      k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
     expect_close(out, want, 1e-5, 1e-5);
+    if (!causal) continue;
+    // A causal call's rows do not depend on how many queries share the call:
+    // each query alone gives its row of the full call bit for bit (what makes
+    // chunked prefill equal one pass).
+    for (int i = 0; i < T; ++i) {
+      std::vector<float> one(static_cast<std::size_t>(HQ * D));
+      const float* qi = q.data() + i * HQ * D;
+      if (f16)
+        k().attention_f16kv(qi, kh.data(), vh.data(), 1, N, HQ, HKV, D, start + i, 0.5f, true, one.data());
+      else
+        k().attention(qi, kc.data(), vc.data(), 1, N, HQ, HKV, D, start + i, 0.5f, true, one.data());
+      for (int c = 0; c < HQ * D; ++c) ASSERT_EQ(one[c], out[i * HQ * D + c]) << "query " << i << " element " << c;
+    }
   }
+  }
+  }
+}
+
+TEST_P(Kernels, ToF16RoundsAsHalfHpp) {
+  // Every rounding case: ties both ways, subnormal results, overflow to infinity,
+  // signed zeros, NaN, and random values over the whole f16 range.
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.99f, 65520.0f, -1e9f, 0x1p-24f, 0x1p-25f,
+                          0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 3.0e-8f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), 0x1p-130f};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> e(-26.0f, 17.0f);
+  for (int i = 0; i < 4099; ++i) x.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(e(rng)));
+  std::vector<std::uint16_t> y(x.size());
+  k().to_f16(x.data(), static_cast<std::int64_t>(x.size()), y.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_EQ(y[i] & 0x7C00u, 0x7C00u) << i;  // a NaN stays a NaN (its payload may differ)
+      EXPECT_NE(y[i] & 0x3FFu, 0u) << i;
+      continue;
+    }
+    ASSERT_EQ(y[i], f32_to_f16(x[i])) << "x " << x[i] << " at " << i;
   }
 }
 

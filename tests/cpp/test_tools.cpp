@@ -6,9 +6,11 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/manifest.hpp"
 #include "test_support.hpp"
 
 namespace qhx {
@@ -209,6 +211,13 @@ TEST(QhxGenerate, BadFlagsAndManifests) {
   expect_generate_error("-m " + quoted(manifest) + " -p Hi", {"stages[2].op", "unknown stage \"teleport\""});
   std::ofstream(manifest) << "{\"qhexrt_manifest\": 1, ";
   expect_generate_error("-m " + quoted(manifest) + " -p Hi", {"plan.json", "not valid JSON"});
+  // Graph keys with values outside their sets name the graph, the key and the value.
+  for (const auto& [key, value] : {std::pair{"kv_cache", "bf16"}, std::pair{"activations", "int4"}}) {
+    auto bad = plan_of(tiny_checkpoint());
+    bad["graphs"]["llm"][key] = value;
+    std::ofstream(manifest, std::ios::trunc) << bad.dump();
+    expect_generate_error("-m " + quoted(manifest) + " -p Hi", {"llm", key, value});
+  }
 }
 
 }  // namespace
@@ -234,6 +243,13 @@ TEST(QhxExport, BundleRunsAndVerifies) {
   EXPECT_NE(r.out.find("llm_shared_512.bin"), std::string::npos) << r.out;
   const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
   EXPECT_EQ(g.status, 0) << g.err;
+  // A quantized bundle's decoder keeps its KV cache in f16 and computes on the int8 path.
+  for (const char* m : {"qwen3vl-2b-text-512.json", "qwen3vl-2b-vlm-512.json"}) {
+    const auto plan = nlohmann::json::parse(std::ifstream(out / m));
+    EXPECT_EQ(plan.at("qhexrt_manifest"), kManifestVersion) << m;
+    EXPECT_EQ(plan.at("graphs").at("llm").at("kv_cache"), "f16") << m;
+    EXPECT_EQ(plan.at("graphs").at("llm").at("activations"), "int8") << m;
+  }
 }
 
 TEST(QhxExport, BadArguments) {

@@ -7,7 +7,7 @@ checkpoint directory that transformers wrote, and must match the fp32 reference:
   - the 32-token greedy continuation, token for token;
   - the logits of every decode step within the same bounds (this proves the KV cache and positions).
 Chunked prefill (chunk 5 over the 13-token prompt) and the seed's decode-over-prompt mode must give
-the same logits as a single pass, bit for bit.
+the same logits as a single pass, bit for bit, with the KV cache in f32 and in f16.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def test_matches_transformers(references, config, case, tmp_path):
     check_logits(step_logits, ref["step_logits"], f"{config}/{case} decode-step logits")
 
 
+@pytest.mark.parametrize("kv_cache", ["f32", "f16"])
 @pytest.mark.parametrize("config", CONFIGS)
-def test_chunked_prefill_equals_single_pass(references, config, tmp_path):
+def test_chunked_prefill_equals_single_pass(references, config, kv_cache, tmp_path):
     root = references[config]
     meta = json.loads((root / "text_raw_13.json").read_text())
     assert meta["num_prompt_tokens"] == 13
@@ -88,6 +89,7 @@ def test_chunked_prefill_equals_single_pass(references, config, tmp_path):
         plan = json.loads(subprocess.run([str(tool_path("qhx_generate")), "--print-plan", "-m", str(ckpt)],
                                          capture_output=True, check=True).stdout)
         plan["prefill_chunk"] = chunk
+        plan["graphs"]["llm"]["kv_cache"] = kv_cache
         for stage in plan["stages"]:
             if stage["op"] == "prefill":
                 stage["mode"] = mode

@@ -25,6 +25,13 @@ struct KernelSet {
                            const float* sin);
   void (*attention)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
+  // `attention` over keys and values stored as f16 (a decoder's KV cache kept
+  // in half the bytes): the results of `attention` on the widened values.
+  void (*attention_f16kv)(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t,
+                          std::int64_t n, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                          float scale, bool causal, float* out);
+  // y[i] = the f16 nearest x[i], ties to even (half.hpp's f32_to_f16, bit for bit).
+  void (*to_f16)(const float* x, std::int64_t n, std::uint16_t* y);
   // Non-causal attention with int8 products (the contract of int8_attention.hpp),
   // for graphs on the int8 path; shapes as in `attention`.
   void (*attention_i8)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,

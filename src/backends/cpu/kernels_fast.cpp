@@ -25,6 +25,7 @@
 #include <limits>
 #include <numbers>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/int8_attention.hpp"
@@ -217,6 +218,34 @@ HWY_INLINE float Dot(const float* a, const float* b, std::int64_t n) {
   return s;
 }
 
+// Keys and values are f32, or f16 (a decoder's KV cache) widened as they load.
+using F16 = hwy::float16_t;
+HWY_INLINE VF LoadKV(DF df, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadKV(DF df, const F16* p) { return hn::PromoteTo(df, hn::LoadU(hn::Rebind<F16, DF>(), p)); }
+HWY_INLINE float ScalarKV(const float* p) { return *p; }
+HWY_INLINE float ScalarKV(const F16* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return f16_to_f32(bits);
+}
+
+// Dot with a key row: Dot's summation order, for either key type.
+template <class T>
+HWY_INLINE float DotKV(const float* a, const T* b, std::int64_t n) {
+  const DF df;
+  const std::int64_t N = lanes();
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  std::int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    a0 = hn::MulAdd(hn::LoadU(df, a + i), LoadKV(df, b + i), a0);
+    a1 = hn::MulAdd(hn::LoadU(df, a + i + N), LoadKV(df, b + i + N), a1);
+  }
+  for (; i + N <= n; i += N) a0 = hn::MulAdd(hn::LoadU(df, a + i), LoadKV(df, b + i), a0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; i < n; ++i) s += a[i] * ScalarKV(b + i);
+  return s;
+}
+
 HWY_INLINE float Sum(const float* a, std::int64_t n) {
   const DF df;
   const std::int64_t N = lanes();
@@ -265,9 +294,10 @@ HWY_INLINE float ExpShiftSum(float* p, std::int64_t n, float max_s) {
 // ---- attention ----------------------------------------------------------------
 
 // Tasks [b, e) of t * hq (query i = task / hq, head h = task % hq); p: n floats.
-void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
-                    std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
-                    std::int64_t b, std::int64_t e, float* p) {
+template <class T>
+void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                     std::int64_t b, std::int64_t e, float* p) {
   (void)t;
   const DF df;
   const std::int64_t N = lanes();
@@ -279,7 +309,7 @@ void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t
     const std::int64_t kvh = h / group;
     float max_s = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < visible; ++j) {
-      p[j] = Dot(qi, k + (j * hkv + kvh) * d, d) * scale;
+      p[j] = DotKV(qi, k + (j * hkv + kvh) * d, d) * scale;
       max_s = std::max(max_s, p[j]);
     }
     const float sum = ExpShiftSum(p, visible, max_s);
@@ -288,13 +318,24 @@ void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t
     const float inv = 1.0f / sum;
     for (std::int64_t j = 0; j < visible; ++j) {
       const float wj = p[j] * inv;
-      const float* vj = v + (j * hkv + kvh) * d;
+      const T* vj = v + (j * hkv + kvh) * d;
       const VF vw = hn::Set(df, wj);
       std::int64_t c = 0;
-      for (; c + N <= d; c += N) hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, vj + c), hn::LoadU(df, o + c)), df, o + c);
-      for (; c < d; ++c) o[c] += wj * vj[c];
+      for (; c + N <= d; c += N) hn::StoreU(hn::MulAdd(vw, LoadKV(df, vj + c), hn::LoadU(df, o + c)), df, o + c);
+      for (; c < d; ++c) o[c] += wj * ScalarKV(vj + c);
     }
   }
+}
+
+void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                    std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                    std::int64_t b, std::int64_t e, float* p) {
+  AttentionTasksT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+}
+void AttentionTasksF16(const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                       std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                       std::int64_t b, std::int64_t e, float* p) {
+  AttentionTasksT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
 }
 
 // ---- attention for a few queries (decode) -------------------------------------
@@ -302,8 +343,8 @@ void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t
 // time, so each key and value row is read once for the group; the output of
 // those heads stays in registers (HB × NV vectors) across all keys instead of
 // being loaded and stored per key. p: HB · n floats.
-template <int HB, int NV>
-void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+template <int HB, int NV, class T>
+void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
                     std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
                     float* p) {
   const DF df;
@@ -316,16 +357,17 @@ void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t
     for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + (i * hq + h0 + g) * d + u * N);
   float max_s[HB];
   for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
-  // Rows of one KV head lie hkv·d floats apart (often exactly 4 KiB): every row
+  // Rows of one KV head lie hkv·d elements apart (often exactly 4 KiB): every row
   // is a new page the hardware prefetcher will not enter, so rows are fetched ahead.
-  constexpr std::int64_t kAhead = 4;
+  constexpr std::int64_t kAhead = 16;
+  constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
   const std::int64_t row_stride = hkv * d;
   for (std::int64_t j = 0; j < visible; ++j) {
-    const float* kj = k + (j * hkv + kvh) * d;
+    const T* kj = k + (j * hkv + kvh) * d;
     if (j + kAhead < visible)
-      for (std::int64_t l = 0; l < d; l += 16) __builtin_prefetch(kj + kAhead * row_stride + l);
+      for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(kj + kAhead * row_stride + l);
     VF kv[NV];
-    for (int u = 0; u < NV; ++u) kv[u] = hn::LoadU(df, kj + u * N);
+    for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
     for (int g = 0; g < HB; ++g) {
       VF acc = hn::Mul(qv[g][0], kv[0]);
       for (int u = 1; u < NV; ++u) acc = hn::MulAdd(qv[g][u], kv[u], acc);
@@ -342,11 +384,11 @@ void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
   for (std::int64_t j = 0; j < visible; ++j) {
-    const float* vj = v + (j * hkv + kvh) * d;
+    const T* vj = v + (j * hkv + kvh) * d;
     if (j + kAhead < visible)
-      for (std::int64_t l = 0; l < d; l += 16) __builtin_prefetch(vj + kAhead * row_stride + l);
+      for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(vj + kAhead * row_stride + l);
     VF vv[NV];
-    for (int u = 0; u < NV; ++u) vv[u] = hn::LoadU(df, vj + u * N);
+    for (int u = 0; u < NV; ++u) vv[u] = LoadKV(df, vj + u * N);
     for (int g = 0; g < HB; ++g) {
       const VF w = hn::Set(df, p[g * n + j] * inv[g]);
       for (int u = 0; u < NV; ++u) o[g][u] = hn::MulAdd(w, vv[u], o[g][u]);
@@ -359,9 +401,10 @@ void AttentionGroup(const float* q, const float* k, const float* v, std::int64_t
 // Whether AttentionGroups handles head_dim d: 4 or 8 vectors per row.
 bool GroupedAttentionFits(std::int64_t d) { return d == 4 * lanes() || d == 8 * lanes(); }
 
-void AttentionGroups(const float* q, const float* k, const float* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
-                     std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
-                     std::int64_t e, float* p) {
+template <class T>
+void AttentionGroupsT(const float* q, const T* k, const T* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                      std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
+                      std::int64_t e, float* p) {
   const std::int64_t group = hq / hkv;
   for (std::int64_t task = b; task < e; ++task) {
     const std::int64_t i = task / hkv, kvh = task % hkv;
@@ -379,6 +422,28 @@ void AttentionGroups(const float* q, const float* k, const float* v, std::int64_
         AttentionGroup<1, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
     }
   }
+}
+
+void AttentionGroups(const float* q, const float* k, const float* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                     std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
+                     std::int64_t e, float* p) {
+  AttentionGroupsT(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+}
+void AttentionGroupsF16(const float* q, const F16* k, const F16* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                        std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
+                        std::int64_t e, float* p) {
+  AttentionGroupsT(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+}
+
+// y = f16(x), round to nearest even (the hardware conversion: F16C, NEON fcvt).
+void ToF16Range(const float* x, std::uint16_t* y, std::int64_t b, std::int64_t e) {
+  const DF df;
+  const hn::Rebind<F16, DF> dh;
+  const std::int64_t N = lanes();
+  auto* yh = reinterpret_cast<F16*>(y);
+  std::int64_t i = b;
+  for (; i + N <= e; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, x + i)), dh, yh + i);
+  for (; i < e; ++i) y[i] = f32_to_f16(x[i]);
 }
 
 // ---- blocked attention (many queries: prefill, vision) ----------------------
@@ -619,6 +684,9 @@ HWY_EXPORT(AttentionBlocks);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GroupedAttentionFits);
 HWY_EXPORT(AttentionGroups);
+HWY_EXPORT(AttentionGroupsF16);
+HWY_EXPORT(AttentionTasksF16);
+HWY_EXPORT(ToF16Range);
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(LayerNormRows);
 HWY_EXPORT(SiluMulRange);
@@ -682,6 +750,32 @@ std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
   return pack_i8(w, int8_kernel_best());
 }
 
+// The per-query paths of `attention` (every causal call), for f32 or f16 keys and values.
+template <class T>
+void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                         std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  if (HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d)) {  // a few queries: KV rows read once per group
+    parallel_for(t * hkv, 1, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> p;  // grows to the largest context, then is reused
+      if (p.size() < static_cast<std::size_t>(2 * n)) p.resize(static_cast<std::size_t>(2 * n));
+      if constexpr (kF32)
+        HWY_DYNAMIC_DISPATCH(AttentionGroups)(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+      else
+        HWY_DYNAMIC_DISPATCH(AttentionGroupsF16)(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+    });
+    return;
+  }
+  parallel_for(t * hq, grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> p;
+    p.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
+    if constexpr (kF32)
+      HWY_DYNAMIC_DISPATCH(AttentionTasks)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+    else
+      HWY_DYNAMIC_DISPATCH(AttentionTasksF16)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+  });
+}
+
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
   const std::int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
@@ -711,18 +805,19 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
     });
     return;
   }
-  if (HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d)) {  // a few queries: KV rows read once per group
-    parallel_for(t * hkv, 1, [&](std::int64_t b, std::int64_t e) {
-      thread_local std::vector<float> p;  // grows to the largest context, then is reused
-      if (p.size() < static_cast<std::size_t>(2 * n)) p.resize(static_cast<std::size_t>(2 * n));
-      HWY_DYNAMIC_DISPATCH(AttentionGroups)(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
-    });
-    return;
-  }
-  parallel_for(t * hq, grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
-    thread_local std::vector<float> p;
-    p.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
-    HWY_DYNAMIC_DISPATCH(AttentionTasks)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+  attention_per_query(q, k, v, t, n, hq, hkv, d, start, scale, causal, out);
+}
+
+void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
+                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                     float* out) {
+  attention_per_query(q, reinterpret_cast<const hwy::float16_t*>(k), reinterpret_cast<const hwy::float16_t*>(v), t,
+                      n, hq, hkv, d, start, scale, causal, out);
+}
+
+void to_f16(const float* x, std::int64_t n, std::uint16_t* y) {
+  parallel_for(n, std::int64_t{1} << 14, [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(ToF16Range)(x, y, b, e);
   });
 }
 
@@ -770,7 +865,8 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
 const KernelSet& fast_kernels() {
   static const KernelSet k{"fast",          fast::linear,      fast::rms_norm,  fast::layer_norm,
                            fast::silu_mul,  fast::gelu_tanh,   fast::gelu_erf,  fast::add_inplace,
-                           fast::rope_rotate_half, fast::attention, fast::attention_i8, ref::gather_rows,
+                           fast::rope_rotate_half, fast::attention, fast::attention_f16kv, fast::to_f16,
+                           fast::attention_i8, ref::gather_rows,
                            fast::pack};
   return k;
 }

@@ -243,6 +243,21 @@ void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_
   for (std::int64_t i = 0; i < n; ++i) weight_row_to_f32(table, ids[i], out + i * table.cols);
 }
 
+void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
+                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                     float* out) {
+  std::vector<float> kf(static_cast<std::size_t>(n * hkv * d)), vf(kf.size());
+  for (std::size_t i = 0; i < kf.size(); ++i) {
+    kf[i] = f16_to_f32(k[i]);
+    vf[i] = f16_to_f32(v[i]);
+  }
+  attention(q, kf.data(), vf.data(), t, n, hq, hkv, d, start, scale, causal, out);
+}
+
+void to_f16(const float* x, std::int64_t n, std::uint16_t* y) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
 }  // namespace ref
 }  // namespace qhx::cpu
 
@@ -251,7 +266,8 @@ namespace qhx::cpu {
 const KernelSet& reference_kernels() {
   static const KernelSet k{"reference",      ref::linear,      ref::rms_norm,  ref::layer_norm,
                            ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
-                           ref::rope_rotate_half, ref::attention, attention_i8_reference, ref::gather_rows,
+                           ref::rope_rotate_half, ref::attention, ref::attention_f16kv, ref::to_f16,
+                           attention_i8_reference, ref::gather_rows,
                            [](const WeightMatrix&) -> std::shared_ptr<const PackedI8> { return nullptr; }};
   return k;
 }

@@ -48,6 +48,12 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
 
 // out[i, :] = table[ids[i], :] as f32. ids must be in range (callers check).
+// attention on k and v widened from f16 (exactly) to f32.
+void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
+                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                     float* out);
+// y[i] = f32_to_f16(x[i]) (common/half.hpp).
+void to_f16(const float* x, std::int64_t n, std::uint16_t* y);
 void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out);
 
 }  // namespace qhx::cpu::ref

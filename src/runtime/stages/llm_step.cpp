@@ -31,7 +31,7 @@ void run_llm_step(Graph& llm, Graph& lm_head, const float* embeds, const std::in
       {DType::F32, {T, H}, const_cast<float*>(embeds)},
       {DType::I32, {3, T}, const_cast<std::int32_t*>(positions)},
       {DType::I64, {1}, &start_v},
-      {DType::F32, kv.shape, llm.state.at(kv.name).get()},
+      {kv.dtype, kv.shape, llm.state.at(kv.name).get()},
       {DType::F32, {n_deepstack, T, H}, const_cast<float*>(deepstack)},
       {DType::U8, {T}, const_cast<std::uint8_t*>(image_mask)},
   };
