@@ -1,6 +1,6 @@
 // qhx_export — a Hugging Face Qwen3-VL checkpoint -> a QHexRT bundle (docs/bundle.md).
 //
-//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--image-size 512]
+//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--lm-head w8|w4] [--image-size 512]
 //              [--prefill-chunk 320] [--context N] [--verify]
 #include <CLI/CLI.hpp>
 
@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "bundle directory to write")->required();
   app.add_option("--weights", o.weights, "weight format: w8 (int8 per channel), w4 (int4, group 32), f16, f32")
       ->check(CLI::IsMember({"w8", "w4", "f16", "f32"}));
+  app.add_option("--lm-head", o.lm_head,
+                 "lm-head format in a w8 or w4 bundle: w8 (the default) or w4 (fewer bytes per decoded token)")
+      ->check(CLI::IsMember({"w8", "w4"}));
   app.add_option("--image-size", o.image_size, "fixed image size of the VLM manifest (a multiple of 32)")
       ->check(CLI::PositiveNumber);
   app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill call")->check(CLI::PositiveNumber);

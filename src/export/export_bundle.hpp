@@ -15,6 +15,7 @@ struct ExportOptions {
   std::filesystem::path hf_dir;     // config.json, model.safetensors(.index.json), tokenizer.json
   std::filesystem::path out_dir;
   std::string weights = "w8";       // w8 | w4 | f16 | f32
+  std::string lm_head;              // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
   std::int64_t image_size = 512;    // fixed resize of the VLM manifest; names the files
   std::int64_t prefill_chunk = 320;
   std::int64_t context = 1024;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "qhexrt/safetensors.hpp"
 #include "runtime/manifest.hpp"
 #include "test_support.hpp"
 
@@ -260,6 +261,31 @@ TEST(QhxExport, BadArguments) {
   r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights w3", "");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("w3"), std::string::npos) << r.err;
+  r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --lm-head w2", "");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("w2"), std::string::npos) << r.err;
+  // A quantized lm-head in a float bundle is refused, naming both flags.
+  r = run_tool("qhx_export",
+               "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights f16 --lm-head w4 -q", "");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--lm-head w4 with --weights f16"), std::string::npos) << r.err;
+}
+
+TEST(QhxExport, W4LmHead) {
+  // --lm-head w4 stores the lm-head as w4 (U8 nibbles with group scales) and the bundle runs.
+  test::TempDir dir;
+  const auto out = dir.path() / "bundle";
+  for (const char* head : {"w8", "w4"}) {
+    SCOPED_TRACE(head);
+    std::filesystem::remove_all(out);
+    const ToolRun r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) +
+                                                 " --weights w4 --lm-head " + head + " -q", "");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto file = SafetensorsFile::open(out / "lmhead_wqo.bin");
+    EXPECT_EQ(file.get("lm_head.weight").dtype, std::string(head) == "w4" ? DType::U8 : DType::I8);
+    const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
+    EXPECT_EQ(g.status, 0) << g.err;
+  }
 }
 
 TEST(QhxGenerate, CorruptBundles) {
