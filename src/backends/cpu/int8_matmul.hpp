@@ -73,6 +73,19 @@ struct PackedI8 {
   std::int64_t groups = 0;                 // w4: cols / 32
 };
 
+// A w4 matrix's packed scales in the form they are kept: w4_scales(w, (const S*)
+// nullptr) for S = float or std::uint16_t (bf16 bits); with_w4_scale_type calls
+// f(S{}) with the form w has, so a kernel is written once, templated on S.
+inline const float* w4_scales(const PackedI8& w, const float*) { return w.scales.get(); }
+inline const std::uint16_t* w4_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
+template <class F>
+void with_w4_scale_type(const PackedI8& w, F&& f) {
+  if (w.scales_bf16)
+    f(std::uint16_t{});
+  else
+    f(float{});
+}
+
 // One implementation of the packed product. `gemm` computes output rows
 // (panels) [p0, p1) of y [m, ldy] from activations q [m, ldq] quantized with
 // the kernel's `offset`.

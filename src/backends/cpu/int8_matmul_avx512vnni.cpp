@@ -260,9 +260,7 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
 
 // ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
 // A panel-group's 16 scales as f32, from either form PackedI8 keeps them in
-// (S = float, or std::uint16_t: bf16, widened exactly by a shift).
-inline const float* w4_scales(const PackedI8& w, const float*) { return w.scales.get(); }
-inline const std::uint16_t* w4_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
+// (S = float, or std::uint16_t: bf16, widened exactly by a shift; int8_matmul.hpp).
 inline __m512 load_w4_scales(const float* s) { return _mm512_load_ps(s); }
 inline __m512 load_w4_scales(const std::uint16_t* s) {
   const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
@@ -310,7 +308,8 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
       const __m512 si = _mm512_set1_ps(sx[i0 + i]);
       for (int jn = 0; jn < NR; ++jn) {
         const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][jn], corr));
-        const __m512 sc = _mm512_mul_ps(si, load_w4_scales(w4_scales(w, static_cast<const S*>(nullptr)) + ((p + jn) * G + g) * kP));
+        const S* sw = w4_scales(w, static_cast<const S*>(nullptr)) + ((p + jn) * G + g) * kP;
+        const __m512 sc = _mm512_mul_ps(si, load_w4_scales(sw));
         facc[i][jn] = _mm512_fmadd_ps(v, sc, facc[i][jn]);
       }
     }
@@ -408,10 +407,7 @@ void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, con
 
 void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
              const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  if (w.scales_bf16)
-    gemm_w4_scaled<std::uint16_t>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
-  else
-    gemm_w4_scaled<float>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  with_w4_scale_type(w, [&](auto s) { gemm_w4_scaled<decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1); });
 }
 
 }  // namespace

@@ -105,8 +105,6 @@ inline float32x4_t load_w4_scales(const float* s) { return vld1q_f32(s); }
 inline float32x4_t load_w4_scales(const std::uint16_t* s) {  // bf16: widened exactly by a shift
   return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(s), 16));
 }
-inline const float* w4_scales(const PackedI8& w, const float*) { return w.scales.get(); }
-inline const std::uint16_t* w4_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
 
 constexpr int kW4P = 16;
 constexpr int kW4MaxMR = 2;
@@ -181,10 +179,7 @@ void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, con
 
 void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
              const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  if (w.scales_bf16)
-    gemm_w4_scaled<std::uint16_t>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
-  else
-    gemm_w4_scaled<float>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  with_w4_scale_type(w, [&](auto s) { gemm_w4_scaled<decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1); });
 }
 
 }  // namespace

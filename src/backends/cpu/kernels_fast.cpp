@@ -203,21 +203,6 @@ void LinearRows(const float* x, std::int64_t m, const WeightMatrix& w, const flo
 
 // ---- small vector helpers ---------------------------------------------------
 
-HWY_INLINE float Dot(const float* a, const float* b, std::int64_t n) {
-  const DF df;
-  const std::int64_t N = lanes();
-  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-  std::int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
-    a1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), a1);
-  }
-  for (; i + N <= n; i += N) a0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), a0);
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // Keys and values are f32, or f16 (a decoder's KV cache) widened as they load.
 using F16 = hwy::float16_t;
 HWY_INLINE VF LoadKV(DF df, const float* p) { return hn::LoadU(df, p); }
@@ -229,9 +214,10 @@ HWY_INLINE float ScalarKV(const F16* p) {
   return f16_to_f32(bits);
 }
 
-// Dot with a key row: Dot's summation order, for either key type.
+// Σ a[i] · b[i]: two vector accumulators, then the lanes, then the tail; b
+// is f32 or (a key row of an f16 cache) f16.
 template <class T>
-HWY_INLINE float DotKV(const float* a, const T* b, std::int64_t n) {
+HWY_INLINE float Dot(const float* a, const T* b, std::int64_t n) {
   const DF df;
   const std::int64_t N = lanes();
   VF a0 = hn::Zero(df), a1 = hn::Zero(df);
@@ -309,7 +295,7 @@ void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std
     const std::int64_t kvh = h / group;
     float max_s = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < visible; ++j) {
-      p[j] = DotKV(qi, k + (j * hkv + kvh) * d, d) * scale;
+      p[j] = Dot(qi, k + (j * hkv + kvh) * d, d) * scale;
       max_s = std::max(max_s, p[j]);
     }
     const float sum = ExpShiftSum(p, visible, max_s);
