@@ -125,82 +125,54 @@ int main(int argc, char** argv) {
     float scale;  // 2^-7 is a bf16 value, 0.01 is not
   };
   const std::string stack_name = "decode stack, " + std::to_string(kStackLayers) + " layers";
-  for (const Variant& v : {Variant{"w8", 8, 0x1p-7f}, Variant{"w4", 4, 0x1p-7f}, Variant{"w4 f32-scales", 4, 0.01f}}) {
-    if (!wanted(stack_name)) break;
-    std::vector<WeightMatrix> stack;
-    std::int64_t bytes = 0, max_k = 0;
-    for (int l = 0; l < kStackLayers; ++l)
-      for (const Mat& mt : layer) {
-        std::vector<std::uint8_t> q(static_cast<std::size_t>(mt.n * mt.k * v.bits / 8));
-        for (auto& e : q) e = static_cast<std::uint8_t>(qd(rng));
-        std::vector<float> sw(static_cast<std::size_t>(v.bits == 8 ? mt.n : mt.n * mt.k / 32), v.scale);
-        WeightMatrix w = v.bits == 8
-                             ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
-                             : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
-        w.int8_activations = true;
-        w.packed = active_kernels().pack(w);
-        w.data = nullptr;  // decode reads the packed copy only
-        w.scales = nullptr;
-        stack.push_back(w);
-        const std::size_t scale_bytes = w.packed->scales_bf16 ? 2 : 4;
-        bytes += static_cast<std::int64_t>(q.size() + sw.size() * scale_bytes);
-        max_k = std::max(max_k, mt.k);
-      }
+  if (wanted(stack_name)) {
+    const Variant variants[] = {{"w8", 8, 0x1p-7f}, {"w4", 4, 0x1p-7f}, {"w4 f32-scales", 4, 0.01f}};
+    constexpr int kVariants = 3;
+    std::vector<WeightMatrix> stacks[kVariants];
+    std::int64_t bytes[kVariants] = {}, max_k = 0;
+    for (int vi = 0; vi < kVariants; ++vi) {
+      const Variant& v = variants[vi];
+      for (int l = 0; l < kStackLayers; ++l)
+        for (const Mat& mt : layer) {
+          std::vector<std::uint8_t> q(static_cast<std::size_t>(mt.n * mt.k * v.bits / 8));
+          for (auto& e : q) e = static_cast<std::uint8_t>(qd(rng));
+          std::vector<float> sw(static_cast<std::size_t>(v.bits == 8 ? mt.n : mt.n * mt.k / 32), v.scale);
+          WeightMatrix w =
+              v.bits == 8 ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
+                          : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
+          w.int8_activations = true;
+          w.packed = active_kernels().pack(w);
+          w.data = nullptr;  // decode reads the packed copy only
+          w.scales = nullptr;
+          stacks[vi].push_back(w);
+          const std::size_t scale_bytes = w.packed->scales_bf16 ? 2 : 4;
+          bytes[vi] += static_cast<std::int64_t>(q.size() + sw.size() * scale_bytes);
+          max_k = std::max(max_k, mt.k);
+        }
+    }
     std::vector<float> x(static_cast<std::size_t>(max_k)), y(6144);
     for (auto& e : x) e = nd(rng);
-    std::vector<double> times;
-    for (int i = 0; i < reps + 1; ++i) {
-      const auto t0 = Clock::now();
-      for (const WeightMatrix& w : stack) active_kernels().linear(x.data(), 1, w, nullptr, y.data());
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (i > 0) times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    const double gbs = static_cast<double>(bytes) / (med * 1e6);
-    const std::string path = std::string(v.name) + "/" + int8_kernel_best().name;
-    if (!json)
-      std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s weights (median)\n", stack_name.c_str(), path.c_str(), med, gbs);
-    out.push_back({{"shape", stack_name}, {"path", path}, {"ms", med}, {"weight_gb_s", gbs}});
-  }
-  // Attention: the vision encoder's (1,024 patches, 16 heads of 64, non-causal) and a
-  // decoder's prefill chunk and decode step (16 query heads over 8 KV heads of 128).
-  struct Att {
-    const char* name;
-    std::int64_t t, n, hq, hkv, d, start;
-    bool causal;
-  };
-  const Att atts[] = {{"attention vision 1024x1024 16x64", 1024, 1024, 16, 16, 64, 0, false},
-                      {"attention prefill 320, causal", 320, 320, 16, 8, 128, 0, true},
-                      {"attention decode at 1024 ctx", 1, 1024, 16, 8, 128, 1023, true}};
-  for (const Att& a : atts) {
-    if (!wanted(a.name)) continue;
-    std::vector<float> q(static_cast<std::size_t>(a.t * a.hq * a.d)), k(static_cast<std::size_t>(a.n * a.hkv * a.d)),
-        v(k.size()), o(q.size());
-    for (auto* vec : {&q, &k, &v})
-      for (auto& e : *vec) e = nd(rng);
-    // The f32 kernel, and for the non-causal shape the int8 one (int8_attention.hpp).
-    for (const bool int8 : {false, true}) {
-      if (int8 && a.causal) continue;
-      double best = 1e30;
-      for (int i = 0; i < 6; ++i) {
+    // The variants take turns, so each sees the same memory bandwidth: on a shared
+    // host it moves from one second to the next.
+    std::vector<double> times[kVariants];
+    for (int i = 0; i < reps + 1; ++i)
+      for (int vi = 0; vi < kVariants; ++vi) {
         const auto t0 = Clock::now();
-        if (int8)
-          active_kernels().attention_i8(q.data(), k.data(), v.data(), a.t, a.n, a.hq, a.hkv, a.d, 0.125f, o.data());
-        else
-          active_kernels().attention(q.data(), k.data(), v.data(), a.t, a.n, a.hq, a.hkv, a.d, a.start, 0.125f,
-                                     a.causal, o.data());
+        for (const WeightMatrix& w : stacks[vi]) active_kernels().linear(x.data(), 1, w, nullptr, y.data());
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (i > 0) best = std::min(best, ms);
+        if (i > 0) times[vi].push_back(ms);
       }
-      const double t = static_cast<double>(a.t), start = static_cast<double>(a.start);
-      const double pairs = a.causal ? t * (start + (t + 1) / 2.0) : t * static_cast<double>(a.n);
-      const double gflops = 4.0 * pairs * static_cast<double>(a.hq * a.d) / (best * 1e6);
-      const char* path = int8 ? "int8" : "f32";
-      if (!json) std::printf("%-32s %-18s %9.3f ms  %7.1f G%s/s\n", a.name, path, best, gflops, int8 ? "OP" : "FLOP");
-      out.push_back({{"shape", a.name}, {"path", path}, {"ms", best}, {"gflop_s", gflops}});
+    for (int vi = 0; vi < kVariants; ++vi) {
+      std::sort(times[vi].begin(), times[vi].end());
+      const double med = times[vi][times[vi].size() / 2];
+      const double gbs = static_cast<double>(bytes[vi]) / (med * 1e6);
+      const std::string path = std::string(variants[vi].name) + "/" + int8_kernel_best().name;
+      if (!json)
+        std::printf("%-32s %-24s %9.3f ms  %7.1f GB/s weights (median)\n", stack_name.c_str(), path.c_str(), med, gbs);
+      out.push_back({{"shape", stack_name}, {"path", path}, {"ms", med}, {"weight_gb_s", gbs}});
     }
   }
+
   // Decode attention over a whole model's KV cache (28 layers at 1,024 tokens of
   // context, 235 MB in f32, 117 MB in f16: streamed from DRAM as in a real
   // decode step), for both cache types.
