@@ -24,7 +24,9 @@ done
 peer="$QHX_CACHE/peer"
 bench_bin="$(ls -d "$peer"/build-*/bin | tail -1)/llama-bench"
 [ -x "$bench_bin" ] || { echo "decode_interleaved.sh: run bench/peer/run_llama_cpp.sh first" >&2; exit 1; }
-for pair in "w8 Q8_0" "w4 Q4_0"; do
+# w4h4: the w4 bundle with a w4 lm-head, if built (build/bin/qhx_export --hf $QHX_CACHE/random_2b
+# --out $QHX_CACHE/bundles/random_2b-w4h4 --weights w4 --lm-head w4).
+for pair in "w8 Q8_0" "w4 Q4_0" "w4h4 Q4_0"; do
   set -- $pair
   w="$1" q="$2"
   manifest="$QHX_CACHE/bundles/random_2b-$w/qwen3vl-2b-text-512.json"

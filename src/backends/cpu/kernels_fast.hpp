@@ -18,6 +18,9 @@
 //               the outputs kept in registers; other head sizes: parallel over
 //               (query, head). A causal call's rows never depend on how many
 //               queries share the call (chunked prefill == one pass, bit for bit)
+//   attention_f16kv  the per-query paths of attention over an f16 KV cache,
+//               widened as it loads (the decoder's cache with "kv_cache": "f16")
+//   to_f16      the hardware's round-to-nearest-even conversion (F16C, NEON fcvt)
 //   attention_i8  int8_attention.hpp's contract on the int8 kernel linear uses
 //   rms_norm, layer_norm, silu_mul, gelu_tanh, add_inplace, rope_rotate_half
 //               vectorized (contrib/math Exp and Tanh: 1-2 ulp)
