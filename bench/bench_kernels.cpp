@@ -173,6 +173,44 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Attention: the vision encoder's (1,024 patches, 16 heads of 64, non-causal) and a
+  // decoder's prefill chunk and decode step (16 query heads over 8 KV heads of 128).
+  struct Att {
+    const char* name;
+    std::int64_t t, n, hq, hkv, d, start;
+    bool causal;
+  };
+  const Att atts[] = {{"attention vision 1024x1024 16x64", 1024, 1024, 16, 16, 64, 0, false},
+                      {"attention prefill 320, causal", 320, 320, 16, 8, 128, 0, true},
+                      {"attention decode at 1024 ctx", 1, 1024, 16, 8, 128, 1023, true}};
+  for (const Att& a : atts) {
+    if (!wanted(a.name)) continue;
+    std::vector<float> q(static_cast<std::size_t>(a.t * a.hq * a.d)), k(static_cast<std::size_t>(a.n * a.hkv * a.d)),
+        v(k.size()), o(q.size());
+    for (auto* vec : {&q, &k, &v})
+      for (auto& e : *vec) e = nd(rng);
+    // The f32 kernel, and for the non-causal shape the int8 one (int8_attention.hpp).
+    for (const bool int8 : {false, true}) {
+      if (int8 && a.causal) continue;
+      double best = 1e30;
+      for (int i = 0; i < 6; ++i) {
+        const auto t0 = Clock::now();
+        if (int8)
+          active_kernels().attention_i8(q.data(), k.data(), v.data(), a.t, a.n, a.hq, a.hkv, a.d, 0.125f, o.data());
+        else
+          active_kernels().attention(q.data(), k.data(), v.data(), a.t, a.n, a.hq, a.hkv, a.d, a.start, 0.125f,
+                                     a.causal, o.data());
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (i > 0) best = std::min(best, ms);
+      }
+      const double t = static_cast<double>(a.t), start = static_cast<double>(a.start);
+      const double pairs = a.causal ? t * (start + (t + 1) / 2.0) : t * static_cast<double>(a.n);
+      const double gflops = 4.0 * pairs * static_cast<double>(a.hq * a.d) / (best * 1e6);
+      const char* path = int8 ? "int8" : "f32";
+      if (!json) std::printf("%-32s %-18s %9.3f ms  %7.1f G%s/s\n", a.name, path, best, gflops, int8 ? "OP" : "FLOP");
+      out.push_back({{"shape", a.name}, {"path", path}, {"ms", best}, {"gflop_s", gflops}});
+    }
+  }
   // Decode attention over a whole model's KV cache (28 layers at 1,024 tokens of
   // context, 235 MB in f32, 117 MB in f16: streamed from DRAM as in a real
   // decode step), for both cache types.
