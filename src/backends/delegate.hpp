@@ -47,6 +47,8 @@ struct GraphBlob {
   std::int64_t context_length = 0;
   std::int64_t max_tokens_per_call = 0;  // the prefill chunk: the largest T one execute() sees
   std::int64_t manifest_version = 0;     // the plan's qhexrt_manifest (a key's default may depend on it)
+  std::int64_t image_patches = 0;        // one image's patches when the plan resizes every image to one
+                                         // size (0: not known); a vision graph sizes its buffers for it at load
 };
 
 // A graph a backend has prepared. Inputs and outputs are passed in the order

@@ -59,6 +59,8 @@ class VisionEncoder final : public Delegate {
   bool int8_attention_ = false;
   // Activations, kept between calls and grown to the largest image seen: fresh
   // pages on every call cost page faults (and zeroing) for ~60 MB per 512² image.
+  // Sized at load when the plan says how large an image is (GraphBlob::image_patches).
+  void size_scratch(std::int64_t n);
   struct Scratch {
     std::vector<float> x, normed, qkv, q, k, v, attn, tmp;  // [n, hidden] (qkv [n, 3·hidden])
     std::vector<float> mlp;                                 // [n, intermediate]
@@ -69,6 +71,13 @@ class VisionEncoder final : public Delegate {
 
 void grow(std::vector<float>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
+}
+
+void VisionEncoder::size_scratch(std::int64_t n) {
+  const auto N = static_cast<std::size_t>(n), H = static_cast<std::size_t>(cfg_.hidden_size);
+  for (auto* b : {&s_.x, &s_.normed, &s_.q, &s_.k, &s_.v, &s_.attn, &s_.tmp}) grow(*b, N * H);
+  grow(s_.qkv, N * 3 * H);
+  grow(s_.mlp, N * static_cast<std::size_t>(cfg_.intermediate_size));
 }
 
 Merger load_merger(const Checkpoint& ck, const std::string& p, const Qwen3VLVisionConfig& c, bool after) {
@@ -110,6 +119,7 @@ void VisionEncoder::init(const GraphBlob& blob) {
     cpu::prepare(plan, m->fc1.w);
     cpu::prepare(plan, m->fc2.w);
   }
+  if (blob.image_patches > 0) size_scratch(blob.image_patches);
   // Rotary over head_dim/2 dimensions, half for the row and half for the column: theta 10000.
   const std::int64_t dim = head_dim_ / 2;
   for (std::int64_t i = 0; i < dim / 2; ++i)
@@ -185,9 +195,7 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
   rope_tables(grid, n, s_.cos, s_.sin);
   const float *cos = s_.cos.data(), *sin = s_.sin.data();
   const auto N = static_cast<std::size_t>(n), H = static_cast<std::size_t>(h);
-  for (auto* b : {&s_.normed, &s_.q, &s_.k, &s_.v, &s_.attn, &s_.tmp}) grow(*b, N * H);
-  grow(s_.qkv, N * 3 * H);
-  grow(s_.mlp, N * static_cast<std::size_t>(cfg_.intermediate_size));
+  size_scratch(n);
   s_.x.assign(in[0].as<const float>(), in[0].as<const float>() + N * H);
   float *x = s_.x.data(), *normed = s_.normed.data(), *qkv = s_.qkv.data(), *q = s_.q.data(), *kk = s_.k.data();
   float *v = s_.v.data(), *attn = s_.attn.data(), *tmp = s_.tmp.data(), *mlp = s_.mlp.data();

@@ -79,6 +79,10 @@ namespace {
 void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg) {
   GraphBlob blob{name,           mg.kind, res.manifest.dir, mg.spec, res.manifest.context_length,
                  res.manifest.prefill_chunk, res.manifest.version};
+  if (res.manifest.image.resize == "fixed" && res.config.vision.patch_size > 0) {
+    const std::int64_t side = res.manifest.image.size / res.config.vision.patch_size;
+    blob.image_patches = side * side;
+  }
   Graph g;
   g.name = name;
   g.delegate = create_delegate(mg.backend, blob);
