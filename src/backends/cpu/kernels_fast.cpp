@@ -332,7 +332,7 @@ void AttentionTasksF16(const float* q, const F16* k, const F16* v, std::int64_t 
 template <int HB, int NV, class T>
 void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
                     std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
-                    float* p) {
+                    float* p, bool prefetch) {
   const DF df;
   const std::int64_t N = lanes();
   const std::int64_t d = NV * N;
@@ -344,13 +344,15 @@ void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std:
   float max_s[HB];
   for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
   // Rows of one KV head lie hkv·d elements apart (often exactly 4 KiB): every row
-  // is a new page the hardware prefetcher will not enter, so rows are fetched ahead.
+  // is a new page the hardware prefetcher will not enter, so a decode step fetches
+  // rows ahead. Many queries (prefill) find them in L2 after the first: there the
+  // prefetches only cost (12% of prefill attention).
   constexpr std::int64_t kAhead = 16;
   constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
   const std::int64_t row_stride = hkv * d;
   for (std::int64_t j = 0; j < visible; ++j) {
     const T* kj = k + (j * hkv + kvh) * d;
-    if (j + kAhead < visible)
+    if (prefetch && j + kAhead < visible)
       for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(kj + kAhead * row_stride + l);
     VF kv[NV];
     for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
@@ -371,7 +373,7 @@ void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std:
     for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
   for (std::int64_t j = 0; j < visible; ++j) {
     const T* vj = v + (j * hkv + kvh) * d;
-    if (j + kAhead < visible)
+    if (prefetch && j + kAhead < visible)
       for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(vj + kAhead * row_stride + l);
     VF vv[NV];
     for (int u = 0; u < NV; ++u) vv[u] = LoadKV(df, vj + u * N);
@@ -388,37 +390,38 @@ void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std:
 bool GroupedAttentionFits(std::int64_t d) { return d == 4 * lanes() || d == 8 * lanes(); }
 
 template <class T>
-void AttentionGroupsT(const float* q, const T* k, const T* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
-                      std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
-                      std::int64_t e, float* p) {
+void AttentionGroupsT(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                      std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                      std::int64_t b, std::int64_t e, float* p) {
   const std::int64_t group = hq / hkv;
+  const bool prefetch = t == 1;
   for (std::int64_t task = b; task < e; ++task) {
     const std::int64_t i = task / hkv, kvh = task % hkv;
     std::int64_t g = 0;
     for (; g + 2 <= group; g += 2) {
       if (d == 8 * lanes())
-        AttentionGroup<2, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+        AttentionGroup<2, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
       else
-        AttentionGroup<2, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+        AttentionGroup<2, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
     }
     if (g < group) {
       if (d == 8 * lanes())
-        AttentionGroup<1, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+        AttentionGroup<1, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
       else
-        AttentionGroup<1, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p);
+        AttentionGroup<1, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
     }
   }
 }
 
-void AttentionGroups(const float* q, const float* k, const float* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
-                     std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
-                     std::int64_t e, float* p) {
-  AttentionGroupsT(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+void AttentionGroups(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                     std::int64_t b, std::int64_t e, float* p) {
+  AttentionGroupsT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
 }
-void AttentionGroupsF16(const float* q, const F16* k, const F16* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
-                        std::int64_t d, std::int64_t start, float scale, bool causal, float* out, std::int64_t b,
-                        std::int64_t e, float* p) {
-  AttentionGroupsT(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+void AttentionGroupsF16(const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                        std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                        std::int64_t b, std::int64_t e, float* p) {
+  AttentionGroupsT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
 }
 
 // y = f16(x), round to nearest even (the hardware conversion: F16C, NEON fcvt).
@@ -746,9 +749,10 @@ void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t,
       thread_local std::vector<float> p;  // grows to the largest context, then is reused
       if (p.size() < static_cast<std::size_t>(2 * n)) p.resize(static_cast<std::size_t>(2 * n));
       if constexpr (kF32)
-        HWY_DYNAMIC_DISPATCH(AttentionGroups)(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+        HWY_DYNAMIC_DISPATCH(AttentionGroups)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
       else
-        HWY_DYNAMIC_DISPATCH(AttentionGroupsF16)(q, k, v, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+        HWY_DYNAMIC_DISPATCH(AttentionGroupsF16)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                                 p.data());
     });
     return;
   }
