@@ -313,16 +313,6 @@ void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std
   }
 }
 
-void AttentionTasks(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
-                    std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
-                    std::int64_t b, std::int64_t e, float* p) {
-  AttentionTasksT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
-}
-void AttentionTasksF16(const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n, std::int64_t hq,
-                       std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
-                       std::int64_t b, std::int64_t e, float* p) {
-  AttentionTasksT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
-}
 
 // ---- attention for a few queries (decode) -------------------------------------
 // Tasks [b, e) of t · hkv: query i with HB query heads of KV head kvh at a
@@ -413,15 +403,28 @@ void AttentionGroupsT(const float* q, const T* k, const T* v, std::int64_t t, st
   }
 }
 
-void AttentionGroups(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
-                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
-                     std::int64_t b, std::int64_t e, float* p) {
-  AttentionGroupsT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+// The per-query attention paths, exported once per key/value type (HWY_EXPORT
+// takes plain functions): `grouped` runs tasks of t · hkv through
+// AttentionGroupsT (head_dim of 4 or 8 vectors), else tasks of t · hq through
+// AttentionTasksT.
+template <class T>
+void AttentionRowsT(bool grouped, const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n,
+                    std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                    float* out, std::int64_t b, std::int64_t e, float* p) {
+  if (grouped)
+    AttentionGroupsT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+  else
+    AttentionTasksT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
 }
-void AttentionGroupsF16(const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n, std::int64_t hq,
-                        std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
-                        std::int64_t b, std::int64_t e, float* p) {
-  AttentionGroupsT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+void AttentionRows(bool grouped, const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,
+                   std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                   float* out, std::int64_t b, std::int64_t e, float* p) {
+  AttentionRowsT(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+}
+void AttentionRowsF16(bool grouped, const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n,
+                      std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                      float* out, std::int64_t b, std::int64_t e, float* p) {
+  AttentionRowsT(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
 }
 
 // y = f16(x), round to nearest even (the hardware conversion: F16C, NEON fcvt).
@@ -666,15 +669,13 @@ namespace qhx::cpu {
 namespace fast {
 
 HWY_EXPORT(LinearRows);
-HWY_EXPORT(AttentionTasks);
 HWY_EXPORT(PackKeysValues);
 HWY_EXPORT(BlockedAttentionFits);
 HWY_EXPORT(AttentionBlocks);
 HWY_EXPORT(Lanes);
 HWY_EXPORT(GroupedAttentionFits);
-HWY_EXPORT(AttentionGroups);
-HWY_EXPORT(AttentionGroupsF16);
-HWY_EXPORT(AttentionTasksF16);
+HWY_EXPORT(AttentionRows);
+HWY_EXPORT(AttentionRowsF16);
 HWY_EXPORT(ToF16Range);
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(LayerNormRows);
@@ -743,26 +744,19 @@ std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
 template <class T>
 void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                          std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
-  constexpr bool kF32 = std::is_same_v<T, float>;
-  if (HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d)) {  // a few queries: KV rows read once per group
-    parallel_for(t * hkv, 1, [&](std::int64_t b, std::int64_t e) {
-      thread_local std::vector<float> p;  // grows to the largest context, then is reused
-      if (p.size() < static_cast<std::size_t>(2 * n)) p.resize(static_cast<std::size_t>(2 * n));
-      if constexpr (kF32)
-        HWY_DYNAMIC_DISPATCH(AttentionGroups)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
-      else
-        HWY_DYNAMIC_DISPATCH(AttentionGroupsF16)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
-                                                 p.data());
-    });
-    return;
-  }
-  parallel_for(t * hq, grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
-    thread_local std::vector<float> p;
-    p.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
-    if constexpr (kF32)
-      HWY_DYNAMIC_DISPATCH(AttentionTasks)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+  // A few queries: KV rows read once per group of query heads; other head sizes: per (query, head).
+  const bool grouped = HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d);
+  const std::int64_t tasks = grouped ? t * hkv : t * hq;
+  parallel_for(tasks, grouped ? 1 : grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> p;  // grows to the largest context, then is reused
+    if (p.size() < static_cast<std::size_t>(2 * std::max<std::int64_t>(n, 1)))
+      p.resize(static_cast<std::size_t>(2 * std::max<std::int64_t>(n, 1)));
+    if constexpr (std::is_same_v<T, float>)
+      HWY_DYNAMIC_DISPATCH(AttentionRows)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                          p.data());
     else
-      HWY_DYNAMIC_DISPATCH(AttentionTasksF16)(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p.data());
+      HWY_DYNAMIC_DISPATCH(AttentionRowsF16)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                             p.data());
   });
 }
 
