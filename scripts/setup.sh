@@ -17,6 +17,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev=3.11.2-2
   libsimdjson-dev=3.0.1-1
   libcli11-dev=2.1.2+ds-1
+  libxxhash-dev=0.8.1-1
 )
 # --- image decoding (src/image) ----------------------------------------------
 # libjpeg-turbo, libpng, libwebp (+ demux) and libexif; Pillow's output is the

@@ -11,14 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 
-#include "backends/cpu/thread_pool.hpp"
 #include "common/debug_dump.hpp"
 #include "io/npy.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
+#include "qhexrt/session.hpp"
 #include "runtime/manifest.hpp"
 
 namespace {
@@ -30,8 +31,10 @@ double peak_rss_mb() {
 }
 
 struct Args {
-  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize;
-  std::vector<std::string> images;
+  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages;
+  std::vector<std::string> images, stop;
+  std::optional<std::int64_t> image_cache_mb;
+  bool replay = false;
   std::vector<std::int32_t> force_tokens;
   std::vector<std::string> positional;
   std::int64_t max_new = 0;
@@ -103,8 +106,11 @@ int run(const Args& args_in) {
   Args a = args_in;
   if (!a.positional.empty()) apply_positional(a);
   if (a.model.empty()) qhx::fail("no model: give -m MANIFEST_OR_HF_DIR (or the positional form)");
-  if (a.threads < 0) qhx::fail("--threads must be >= 1");
-  if (a.threads > 0) qhx::cpu::set_threads(a.threads);  // the CPU kernels' pool
+  if (a.threads > 0) {
+    std::string warning;
+    qhx::set_threads(a.threads, &warning);  // the CPU kernels' pool, capped at the cores there are
+    if (!warning.empty()) std::fprintf(stderr, "qhx_generate: warning: %s\n", warning.c_str());
+  }
 
   if (a.print_plan) {
     const qhx::Manifest m = std::filesystem::is_directory(a.model) ? qhx::default_manifest_for_hf_dir(a.model)
@@ -112,21 +118,36 @@ int run(const Args& args_in) {
     std::cout << m.json.dump(2) << std::endl;
     return 0;
   }
-  qhx::Pipeline pipe = qhx::Pipeline::open(a.model);
-  qhx::GenerationRequest req;
-  req.prompt = a.prompt;
-  if (!a.system.empty()) req.system = a.system;
-  req.raw = a.raw;
-  for (const auto& im : a.images) req.images.emplace_back(im);
-  if (!a.resize.empty()) req.resize = a.resize;
-  if (a.max_new != 0) req.max_new_tokens = a.max_new;
-  req.sampling = sampling_from(a, pipe.manifest().sampling);
-  req.forced_tokens = a.force_tokens;
-  req.keep_step_logits = !a.dump_logits.empty();
-  req.keep_prompt_logits = !a.dump_prompt_logits.empty();
-  req.on_text = [](std::string_view text) {
+  std::vector<qhx::Message> messages;
+  if (!a.messages.empty()) {
+    if (!a.prompt.empty() || !a.system.empty() || !a.images.empty() || a.raw)
+      qhx::fail("--messages gives the whole conversation: it does not go with -p, --system, -i or --raw");
+    std::ifstream in(a.messages, std::ios::binary);
+    if (!in) qhx::fail(a.messages, ": cannot open the messages file");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    messages = qhx::parse_messages(text, a.messages, std::filesystem::path(a.messages).parent_path());
+  } else if (a.replay) {
+    qhx::fail("--replay needs --messages");
+  }
+  bool has_images = !a.images.empty();
+  for (const auto& m : messages)
+    for (const auto& part : m.content) has_images |= part.kind == qhx::ContentPart::Kind::Image;
+  qhx::PipelineOptions popts;
+  popts.image_cache_mb = a.image_cache_mb;
+  qhx::Pipeline pipe = qhx::Pipeline::open(a.model, popts, has_images);
+
+  qhx::GenerationOptions opts;
+  if (a.max_new != 0) opts.max_new_tokens = a.max_new;
+  if (!a.resize.empty()) opts.resize = a.resize;
+  opts.sampling = sampling_from(a, pipe.manifest().sampling);
+  opts.stop = a.stop;
+  opts.forced_tokens = a.force_tokens;
+  opts.keep_step_logits = !a.dump_logits.empty();
+  opts.keep_prompt_logits = !a.dump_prompt_logits.empty();
+  opts.on_text = [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+    return true;
   };
   DumpCollector dumps;
   if (!a.dump_dir.empty())
@@ -134,36 +155,101 @@ int run(const Args& args_in) {
       dumps.add(n, d, s);
     });
 
-  const qhx::GenerationResult r = pipe.generate(req);
+  // One result per answered turn: --replay answers every user turn of the
+  // file in order through one session (the file's assistant turns are
+  // replaced by the answers); otherwise only the last one is answered.
+  std::vector<qhx::GenerationResult> results;
+  if (messages.empty()) {
+    qhx::GenerationRequest req;
+    req.prompt = a.prompt;
+    if (!a.system.empty()) req.system = a.system;
+    req.raw = a.raw;
+    for (const auto& im : a.images) req.images.emplace_back(im);
+    req.resize = opts.resize;
+    req.max_new_tokens = opts.max_new_tokens;
+    req.sampling = opts.sampling;
+    req.stop = opts.stop;
+    req.forced_tokens = opts.forced_tokens;
+    req.keep_step_logits = opts.keep_step_logits;
+    req.keep_prompt_logits = opts.keep_prompt_logits;
+    req.on_text = [&](std::string_view text) { opts.on_text(text); };
+    results.push_back(pipe.generate(req));
+  } else {
+    qhx::Session session(pipe);
+    if (!a.replay) {
+      results.push_back(session.respond(messages, opts));
+    } else {
+      std::vector<qhx::Message> history;
+      for (auto& m : messages) {
+        if (m.role == "assistant") continue;  // replaced by the answer to the turn before it
+        if (m.role == "system") {
+          history.push_back(std::move(m));
+          continue;
+        }
+        history.push_back(std::move(m));
+        if (!results.empty()) std::fputc('\n', stdout);
+        results.push_back(session.respond(history, opts));
+        history = session.messages();
+      }
+    }
+  }
   std::fputc('\n', stdout);
   std::fflush(stdout);  // the text ends before the timings on stderr
-  const auto& t = r.timings;
-  if (t.image_tokens > 0)
-    std::fprintf(stderr, "vision %.1f ms for %lld image tokens\n", t.vision_ms, static_cast<long long>(t.image_tokens));
-  std::fprintf(stderr, "load %.0f ms | prompt %zu tokens, prefill %.1f ms | ttft %.1f ms | decode %.2f ms/token (%.2f tok/s) over %lld steps\n",
-               t.load_ms, r.prompt_tokens.size(), t.prefill_ms, t.ttft_ms, t.decode_ms_per_token,
-               t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
-               static_cast<long long>(t.decode_steps));
+  for (const auto& r : results) {
+    const auto& t = r.timings;
+    if (t.image_tokens > 0 || t.image_cache_hits > 0)
+      std::fprintf(stderr, "vision %.1f ms for %lld image tokens (%lld images encoded, %lld from the image cache)\n",
+                   t.vision_ms, static_cast<long long>(t.image_tokens), static_cast<long long>(t.images_encoded),
+                   static_cast<long long>(t.image_cache_hits));
+    std::fprintf(stderr, "load %.0f ms | prompt %zu tokens (%lld cached), prefill %.1f ms | ttft %.1f ms | decode %.2f ms/token (%.2f tok/s) over %lld steps | %s\n",
+                 t.load_ms, r.prompt_tokens.size(), static_cast<long long>(r.cached_tokens), t.prefill_ms, t.ttft_ms,
+                 t.decode_ms_per_token, t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
+                 static_cast<long long>(t.decode_steps), r.stop_reason.c_str());
+  }
 
-  if (!a.dump_logits.empty())
-    qhx::write_npy(a.dump_logits, r.step_logits, {static_cast<std::int64_t>(r.tokens.size()), r.vocab});
-  if (!a.dump_prompt_logits.empty())
-    qhx::write_npy(a.dump_prompt_logits, r.prompt_logits,
-                   {static_cast<std::int64_t>(r.prompt_tokens.size()), r.vocab});
+  if (!a.dump_logits.empty()) {
+    std::vector<float> all;
+    std::int64_t rows = 0, vocab = 0;
+    for (const auto& r : results) {
+      all.insert(all.end(), r.step_logits.begin(), r.step_logits.end());
+      rows += static_cast<std::int64_t>(r.tokens.size());
+      vocab = r.vocab;
+    }
+    qhx::write_npy(a.dump_logits, all, {rows, vocab});
+  }
+  if (!a.dump_prompt_logits.empty()) {
+    std::vector<float> all;
+    std::int64_t rows = 0, vocab = 0;
+    for (const auto& r : results) {
+      all.insert(all.end(), r.prompt_logits.begin(), r.prompt_logits.end());
+      rows += static_cast<std::int64_t>(r.prompt_tokens.size()) - r.cached_tokens;
+      vocab = r.vocab;
+    }
+    qhx::write_npy(a.dump_prompt_logits, all, {rows, vocab});
+  }
   if (!a.dump_dir.empty()) dumps.write(a.dump_dir);
 
   if (a.json) {
-    const nlohmann::json j = {
-        {"tokens", r.tokens},
-        {"text", r.text},
-        {"prompt_tokens", r.prompt_tokens},
-        {"stop_reason", r.stop_reason},
-        {"timings",
-         {{"load_ms", t.load_ms}, {"vision_ms", t.vision_ms}, {"image_tokens", t.image_tokens},
-          {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
-          {"decode_ms_per_token", t.decode_ms_per_token}}},
-        {"peak_rss_mb", peak_rss_mb()}};
-    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    const auto cache = pipe.image_cache_stats();
+    for (const auto& r : results) {
+      const auto& t = r.timings;
+      const nlohmann::json j = {
+          {"tokens", r.tokens},
+          {"text", r.text},
+          {"reasoning", r.reasoning},
+          {"prompt_tokens", r.prompt_tokens},
+          {"cached_tokens", r.cached_tokens},
+          {"stop_reason", r.stop_reason},
+          {"timings",
+           {{"load_ms", t.load_ms}, {"vision_ms", t.vision_ms}, {"image_tokens", t.image_tokens},
+            {"images_encoded", t.images_encoded}, {"image_cache_hits", t.image_cache_hits},
+            {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
+            {"decode_ms_per_token", t.decode_ms_per_token}}},
+          {"image_cache", {{"hits", cache.hits}, {"misses", cache.misses}, {"entries", cache.entries},
+                           {"bytes", cache.bytes}}},
+          {"peak_rss_mb", peak_rss_mb()}};
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    }
   }
   return 0;
 }
@@ -173,7 +259,7 @@ int run(const Args& args_in) {
 int main(int argc, char** argv) {
   CLI::App app{"QHexRT text generation (Qwen3-VL) from a manifest or a Hugging Face checkpoint directory"};
   Args a;
-  app.add_option("-m,--model", a.model, "manifest (.json) or Hugging Face checkpoint directory");
+  app.add_option("-m,--model", a.model, "manifest (.json), bundle folder, or Hugging Face checkpoint directory");
   app.add_option("-p,--prompt", a.prompt, "the user's message (or the whole text with --raw)");
   app.add_option("-n,--max-new-tokens", a.max_new, "tokens to generate at most (default: the manifest's)")
       ->check(CLI::PositiveNumber);
@@ -189,6 +275,15 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "random seed for sampling");
   app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);
   app.add_option("--system", a.system, "a system message before the user's");
+  app.add_option("--messages", a.messages,
+                 "a whole conversation: a JSON array of {role, content}; content a string or parts "
+                 "{type: text, text} / {type: image, path}; answers the last user turn");
+  app.add_flag("--replay", a.replay,
+               "with --messages: answer every user turn in order through one session (the file's assistant turns "
+               "are replaced by the answers); --json prints a line per turn");
+  app.add_option("--stop", a.stop, "a stop string (repeatable): the answer ends before it");
+  app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--raw", a.raw, "feed the prompt as is, without the chat template");
   app.add_flag("--json", a.json, "print one JSON object describing the run as the last stdout line");
   app.add_option("--dump-logits", a.dump_logits, "write the logits that chose each token to FILE.npy [steps, vocab]");

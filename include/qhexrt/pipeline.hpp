@@ -32,6 +32,7 @@ struct GenerationRequest {
   std::optional<std::int64_t> max_new_tokens;  // default: the manifest's
   std::optional<SamplingParams> sampling;      // default: the manifest's
   std::function<void(std::string_view)> on_text;  // streamed text, never half a UTF-8 character
+  std::vector<std::string> stop;          // stop strings (see GenerationOptions in qhexrt/session.hpp)
   // Teacher forcing: decode step i takes forced_tokens[i] instead of sampling
   // (the logits are still computed and kept), e.g. to measure top-1 agreement
   // of a quantized bundle along the fp32 model's own continuation.
@@ -48,24 +49,51 @@ struct Timings {
   double ttft_ms = 0;      // request start to the first generated token
   double decode_ms_per_token = 0;
   std::int64_t decode_steps = 0;  // graph runs after prefill
+  std::int64_t images_encoded = 0;    // images that went through stage F and the vision graph
+  std::int64_t image_cache_hits = 0;  // images whose features came from the image-feature cache
 };
 
 struct GenerationResult {
   std::vector<std::int32_t> prompt_tokens;  // after templating
   std::vector<std::int32_t> tokens;         // generated, including a final stop token if one ended it
-  std::string text;                         // tokens decoded without special tokens
-  std::string stop_reason;                  // "stop_token" or "max_new_tokens"
+  std::string text;                         // the answer: tokens decoded without special tokens, cut
+                                            // before a stop string, without a <think> part
+  std::string reasoning;                    // the <think>...</think> part of the output, if any
+  std::string stop_reason;                  // "stop_token", "stop_string", "max_new_tokens" or "cancelled"
+  std::int64_t cached_tokens = 0;           // prompt tokens whose KV came from the session's cache
   std::int64_t vocab = 0;                   // logits row width
   std::vector<float> step_logits;           // [tokens.size(), vocab] if requested
-  std::vector<float> prompt_logits;         // [prompt_tokens.size(), vocab] if requested
+  std::vector<float> prompt_logits;         // [prompt_tokens.size() - cached_tokens, vocab] if requested
   Timings timings;
 };
 
+struct PipelineOptions {
+  // Bound of the image-feature cache (vision features keyed by a hash of the
+  // decoded, resized pixels; least recently used first out). Default: the
+  // manifest's "image_cache_mb"; 0 turns the cache off.
+  std::optional<std::int64_t> image_cache_mb;
+};
+
+struct ImageCacheStats {
+  std::int64_t hits = 0, misses = 0, entries = 0, bytes = 0, capacity_bytes = 0;
+};
+
+// Sets the CPU kernels' worker threads (0: one per physical core). More threads
+// than the machine has cores only slow every step down, so the count is capped
+// at the cores there are; returns the count in effect, and `warning` (if given)
+// receives a sentence when the request was capped.
+int set_threads(int threads, std::string* warning = nullptr);
+
+class Session;
+
 class Pipeline {
  public:
-  // `path` is a manifest (.json) or a Hugging Face checkpoint directory (then
-  // the default f32 CPU plan). Throws qhx::Error naming what is wrong.
-  static Pipeline open(const std::filesystem::path& path);
+  // `path` is a manifest (.json), a bundle folder (its manifest: the one with
+  // image stages when `want_images`, else the text one), or a Hugging Face
+  // checkpoint directory (then the default f32 CPU plan). Throws qhx::Error
+  // naming what is wrong.
+  static Pipeline open(const std::filesystem::path& path, const PipelineOptions& options = {},
+                       bool want_images = false);
 
   Pipeline(Pipeline&&) noexcept;
   Pipeline& operator=(Pipeline&&) noexcept;
@@ -75,11 +103,15 @@ class Pipeline {
   const Tokenizer& tokenizer() const;
   double load_ms() const;
 
-  // Runs the stages. Throws qhx::Error for a request that cannot run (e.g. a
-  // prompt longer than the context).
+  // Runs the stages for one request in a fresh session. Throws qhx::Error for
+  // a request that cannot run (e.g. a prompt longer than the context).
   GenerationResult generate(const GenerationRequest& request);
 
+  bool takes_images() const;  // the plan has image stages
+  ImageCacheStats image_cache_stats() const;
+
  private:
+  friend class Session;
   struct Impl;
   explicit Pipeline(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -31,11 +31,18 @@ struct TensorRef {
   }
 };
 
-// One named input or output of a graph. A dimension of -1 varies per call.
+// What a tensor is to a graph. A state tensor (a KV cache) is passed with the
+// inputs, read and written in place, and outlives the call: the runtime keeps
+// it per session, never per graph.
+enum class IoRole : std::uint8_t { Input, State, Output };
+
+// One named input or output of a graph: the graph's contract with the stages,
+// which bind tensors by these names. A dimension of -1 varies per call.
 struct IoSpec {
   std::string name;
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
+  IoRole role = IoRole::Input;  // outputs are IoRole::Output whatever they say
 };
 
 // What a manifest graph entry hands to a backend.
@@ -52,8 +59,9 @@ struct GraphBlob {
 };
 
 // A graph a backend has prepared. Inputs and outputs are passed in the order
-// of input_specs() and output_specs(); a state tensor (e.g. a KV cache) is an
-// input the graph also writes.
+// of input_specs() and output_specs() (the runtime orders the stages' named
+// bindings so); a state tensor (IoRole::State, e.g. a KV cache) is an input
+// the graph also writes.
 class Delegate {
  public:
   virtual ~Delegate() = default;

@@ -49,7 +49,12 @@ const char* unsupported_format(std::span<const std::uint8_t> b) {
 RgbImage load_image(const std::filesystem::path& path, const DecodeLimits& limits) {
   const MappedFile file(path);
   const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(file.data()), file.size());
-  const detail::Source src{path, bytes, limits};
+  return decode_image(bytes, path.string(), limits);
+}
+
+RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name, const DecodeLimits& limits) {
+  const std::filesystem::path label(name);
+  const detail::Source src{label, bytes, limits};
   if (bytes.empty()) detail::decode_fail(src, "empty file");
 
   detail::Decoded decoded;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace qhx::image {
@@ -26,6 +28,8 @@ struct DecodeLimits {
 // and converts to RGB exactly as Pillow's convert("RGB") does. Throws
 // qhx::Error naming the file and the problem.
 RgbImage load_image(const std::filesystem::path& path, const DecodeLimits& limits = {});
+// The same for an encoded image in memory; `name` stands for the path in errors.
+RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name, const DecodeLimits& limits = {});
 
 // Pillow's Image.resize((width, height), Image.BICUBIC) on 8-bit RGB, bit-exact;
 // a copy when the size does not change. Throws qhx::Error on a non-positive size.

@@ -105,7 +105,8 @@ std::vector<IoSpec> TextDecoder::input_specs() const {
           {"positions", DType::I32, {3, -1}},
           {"start", DType::I64, {1}},
           {"kv_cache", kv_f16_ ? DType::F16 : DType::F32,
-           {cfg_.num_hidden_layers, 2, ctx_, cfg_.num_key_value_heads, cfg_.head_dim}},
+           {cfg_.num_hidden_layers, 2, ctx_, cfg_.num_key_value_heads, cfg_.head_dim},
+           IoRole::State},
           {"deepstack", DType::F32, {-1, -1, h}},
           {"image_mask", DType::U8, {-1}}};
 }

@@ -5,13 +5,21 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
+#include "runtime/pipeline_impl.hpp"
+#include "backends/cpu/thread_pool.hpp"
 
 namespace qhx {
+
+namespace {
+constexpr std::int64_t kDefaultImageCacheMb = 256;  // ~30 images of the 2B model at 512x512
+}  // namespace
 
 Graph& Resources::graph(const std::string& name) {
   const auto it = graphs.find(name);
@@ -31,6 +39,58 @@ const Table& Resources::matrix_table(const std::string& name) const {
   return t;
 }
 
+const IoSpec& Graph::input(std::string_view n) const {
+  for (const IoSpec& s : inputs)
+    if (s.name == n) return s;
+  fail("graph \"", name, "\" has no input named \"", n, "\" (a stage needs it; the graph's kind has another contract)");
+}
+
+const IoSpec& Graph::output(std::string_view n) const {
+  for (const IoSpec& s : outputs)
+    if (s.name == n) return s;
+  fail("graph \"", name, "\" has no output named \"", n, "\" (a stage needs it; the graph's kind has another contract)");
+}
+
+namespace {
+
+// The bound tensors in the order of `specs`; every spec bound exactly once.
+std::vector<TensorRef> order_bindings(const Graph& g, const std::vector<IoSpec>& specs,
+                                      std::initializer_list<Binding> bound, const char* what) {
+  std::vector<TensorRef> out;
+  out.reserve(specs.size());
+  for (const IoSpec& s : specs) {
+    const Binding* b = nullptr;
+    for (const Binding& x : bound)
+      if (x.name == s.name) b = &x;
+    if (b == nullptr) fail("graph \"", g.name, "\": ", what, " \"", s.name, "\" is not bound");
+    out.push_back(b->tensor);
+  }
+  for (const Binding& x : bound)
+    if (std::none_of(specs.begin(), specs.end(), [&](const IoSpec& s) { return s.name == x.name; }))
+      fail("graph \"", g.name, "\" has no ", what, " named \"", x.name, "\"");
+  return out;
+}
+
+}  // namespace
+
+void Graph::run(std::initializer_list<Binding> in, std::initializer_list<Binding> out) {
+  const auto ins = order_bindings(*this, inputs, in, "input");
+  const auto outs = order_bindings(*this, outputs, out, "output");
+  delegate->execute(ins, outs);
+}
+
+std::byte* SessionState::buffer(const Graph& graph, const IoSpec& spec) {
+  auto& b = buffers[graph.name + "." + spec.name];
+  if (!b) {
+    std::int64_t n = 1;
+    for (const auto d : spec.shape) n *= d;
+    // Left uninitialized: only positions already written are ever read, and
+    // untouched pages of a long context cost no memory.
+    b = make_state_buffer(static_cast<std::size_t>(n) * dtype_size(spec.dtype));
+  }
+  return b.get();
+}
+
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
   if (stage.op == "load_images") return make_load_images_stage(stage, res);
   if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);
@@ -42,12 +102,6 @@ std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
   if (stage.op == "detokenize") return make_detokenize_stage(stage, res);
   fail(stage.path, ".op: unknown stage \"", stage.op, "\"");
 }
-
-struct Pipeline::Impl {
-  Resources res;
-  std::vector<std::unique_ptr<Stage>> stages;
-  double load_ms = 0;
-};
 
 namespace {
 
@@ -88,15 +142,10 @@ void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg
   g.delegate = create_delegate(mg.backend, blob);
   g.inputs = g.delegate->input_specs();
   g.outputs = g.delegate->output_specs();
-  // State inputs (fixed shapes, named like "*_cache") live as long as the pipeline.
-  for (const IoSpec& s : g.inputs) {
-    if (s.name.find("cache") == std::string::npos) continue;
-    std::int64_t n = 1;
-    for (const auto d : s.shape) n *= d;
-    // Left uninitialized: only positions already written are ever read, and
-    // untouched pages of a long context cost no memory.
-    g.state.emplace(s.name, make_state_buffer(static_cast<std::size_t>(n) * dtype_size(s.dtype)));
-  }
+  for (IoSpec& s : g.outputs) s.role = IoRole::Output;
+  for (const IoSpec& s : g.inputs)
+    if (s.role == IoRole::State && std::find(s.shape.begin(), s.shape.end(), -1) != s.shape.end())
+      fail("graph \"", name, "\": state input \"", s.name, "\" must have a fixed shape");
   res.graphs.emplace(name, std::move(g));
 }
 
@@ -107,14 +156,67 @@ Pipeline::Pipeline(Pipeline&&) noexcept = default;
 Pipeline& Pipeline::operator=(Pipeline&&) noexcept = default;
 Pipeline::~Pipeline() = default;
 
-Pipeline Pipeline::open(const std::filesystem::path& path) {
+namespace {
+
+bool has_image_stages(const Manifest& m) {
+  return std::any_of(m.stages.begin(), m.stages.end(), [](const ManifestStage& s) { return s.op == "load_images"; });
+}
+
+bool looks_like_manifest(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return head.find("\"qhexrt_manifest\"") != std::string::npos;
+}
+
+// A bundle folder holds manifests beside its files: the one with image stages
+// when the caller has images, else a text one (else the image one, which also
+// takes text). Empty when `dir` holds no manifest.
+std::optional<std::filesystem::path> bundle_manifest(const std::filesystem::path& dir, bool want_images) {
+  std::vector<std::filesystem::path> vlm, text;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".json") continue;
+    if (!looks_like_manifest(e.path())) continue;  // config.json, tokenizer.json (large: not parsed)
+    Manifest m;
+    try {
+      m = load_manifest(e.path());
+    } catch (const Error& err) {
+      fail(dir.string(), ": a bundle folder with a bad manifest: ", err.what());
+    }
+    (has_image_stages(m) ? vlm : text).push_back(e.path());
+  }
+  std::sort(vlm.begin(), vlm.end());
+  std::sort(text.begin(), text.end());
+  const auto& first = want_images ? vlm : (text.empty() ? vlm : text);
+  if (first.empty()) {
+    if (vlm.empty() && text.empty()) return std::nullopt;
+    fail(dir.string(), ": a bundle folder whose manifests have no image stages (",
+         text.front().filename().string(), "); it cannot take an image");
+  }
+  if (first.size() > 1) {
+    std::string names;
+    for (const auto& f : first) names += (names.empty() ? "" : ", ") + f.filename().string();
+    fail(dir.string(), ": a bundle folder with several ", want_images ? "image" : "text",
+         " manifests (", names, "); give one of them with -m");
+  }
+  return first.front();
+}
+
+}  // namespace
+
+Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions& options, bool want_images) {
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
   Resources& res = impl->res;
   if (std::filesystem::is_directory(path)) {
-    if (!std::filesystem::exists(path / "config.json"))
-      fail(path.string(), ": not a manifest and not a Hugging Face checkpoint directory (no config.json)");
-    res.manifest = default_manifest_for_hf_dir(path);
+    if (const auto manifest = bundle_manifest(path, want_images)) {
+      res.manifest = load_manifest(*manifest);
+    } else {
+      if (!std::filesystem::exists(path / "config.json"))
+        fail(path.string(), ": not a manifest, a bundle folder or a Hugging Face checkpoint directory (no config.json)");
+      res.manifest = default_manifest_for_hf_dir(path);
+    }
   } else {
     res.manifest = load_manifest(path);
   }
@@ -143,6 +245,9 @@ Pipeline Pipeline::open(const std::filesystem::path& path) {
       return 0;
     });
   for (const auto& st : m.stages) impl->stages.push_back(in_manifest(m, st.path, [&] { return make_stage(st, res); }));
+  const std::int64_t cache_mb = options.image_cache_mb.value_or(kDefaultImageCacheMb);
+  if (cache_mb < 0) fail("the image cache size must be >= 0 MB, got ", cache_mb);
+  res.image_cache.set_capacity(static_cast<std::size_t>(cache_mb) << 20);
   impl->load_ms = ms_since(t0);
   return Pipeline(std::move(impl));
 }
@@ -151,22 +256,103 @@ const Manifest& Pipeline::manifest() const { return impl_->res.manifest; }
 const Tokenizer& Pipeline::tokenizer() const { return *impl_->res.tokenizer; }
 double Pipeline::load_ms() const { return impl_->load_ms; }
 
-GenerationResult Pipeline::generate(const GenerationRequest& request) {
+GenerationResult Pipeline::Impl::run(const TurnInput& input, const GenerationOptions& options, SessionState& state,
+                                     std::string* full_text) {
+  std::lock_guard lock(run_mutex);
   GenerationResult result;
-  RunContext ctx{request, result, impl_->res};
-  const Manifest& m = impl_->res.manifest;
-  ctx.max_new_tokens = request.max_new_tokens.value_or(m.max_new_tokens);
+  RunContext ctx{input, options, result, res, state};
+  const Manifest& m = res.manifest;
+  ctx.max_new_tokens = options.max_new_tokens.value_or(m.max_new_tokens);
   if (ctx.max_new_tokens < 1) fail("max new tokens must be >= 1, got ", ctx.max_new_tokens);
   if (ctx.max_new_tokens >= m.context_length)
     fail("max new tokens (", ctx.max_new_tokens, ") must be below the context length (", m.context_length, ")");
-  if (!request.images.empty() &&
-      std::none_of(m.stages.begin(), m.stages.end(), [](const ManifestStage& s) { return s.op == "load_images"; }))
+  if (!input.images().empty() && !has_image_stages(m))
     fail(m.source, ": this plan has no image stages (a text-only manifest); it cannot take an image");
-  ctx.sampling = request.sampling.value_or(m.sampling);
+  ctx.sampling = options.sampling.value_or(m.sampling);
   ctx.sampling.validate();
-  for (const auto& stage : impl_->stages) stage->run(ctx);
-  result.timings.load_ms = impl_->load_ms;
+  for (const auto& stage : stages) stage->run(ctx);
+  result.timings.load_ms = load_ms;
+  if (full_text != nullptr) *full_text = std::move(ctx.full_text);
   return result;
+}
+
+namespace {
+
+constexpr std::string_view kImageMarker = "<image>";
+
+// The user's turn of a GenerationRequest: the prompt's text with an image at
+// each "<image>" marker, or all images first when the prompt has no marker.
+std::vector<ContentPart> user_content(const GenerationRequest& req) {
+  const std::string& prompt = req.prompt;
+  std::vector<ContentPart> parts;
+  std::size_t markers = 0;
+  for (auto at = prompt.find(kImageMarker); at != std::string::npos; at = prompt.find(kImageMarker, at + 1)) ++markers;
+  if (markers == 0) {
+    for (const auto& im : req.images) parts.push_back(ContentPart::image_part(ImageSource::file(im)));
+    parts.push_back(ContentPart::text_part(prompt));
+    return parts;
+  }
+  if (markers != req.images.size())
+    fail("the prompt has ", markers, " <image> markers for ", req.images.size(), " image(s)");
+  std::size_t from = 0, next = 0;
+  for (auto at = prompt.find(kImageMarker); at != std::string::npos; at = prompt.find(kImageMarker, from)) {
+    if (at > from) parts.push_back(ContentPart::text_part(prompt.substr(from, at - from)));
+    parts.push_back(ContentPart::image_part(ImageSource::file(req.images[next++])));
+    from = at + kImageMarker.size();
+  }
+  if (from < prompt.size()) parts.push_back(ContentPart::text_part(prompt.substr(from)));
+  return parts;
+}
+
+}  // namespace
+
+GenerationResult Pipeline::generate(const GenerationRequest& request) {
+  TurnInput input;
+  if (request.raw || impl_->res.manifest.chat_template == "none") {
+    if (request.system) fail("--system needs the chat template (this request is raw)");
+    input.raw = true;
+    input.raw_text = request.prompt;
+    for (const auto& im : request.images) input.raw_images.push_back(ImageSource::file(im));
+  } else {
+    if (request.system) input.messages.push_back(Message::text("system", *request.system));
+    input.messages.push_back({"user", user_content(request)});
+  }
+  GenerationOptions options;
+  options.max_new_tokens = request.max_new_tokens;
+  options.sampling = request.sampling;
+  options.stop = request.stop;
+  options.resize = request.resize;
+  options.forced_tokens = request.forced_tokens;
+  options.keep_step_logits = request.keep_step_logits;
+  options.keep_prompt_logits = request.keep_prompt_logits;
+  if (request.on_text)
+    options.on_text = [&](std::string_view text) {
+      request.on_text(text);
+      return true;
+    };
+  impl_->one_shot.ids.clear();  // a fresh run: nothing reused (the buffers are)
+  return impl_->run(input, options, impl_->one_shot);
+}
+
+bool Pipeline::takes_images() const { return has_image_stages(impl_->res.manifest); }
+
+ImageCacheStats Pipeline::image_cache_stats() const {
+  const auto s = impl_->res.image_cache.stats();
+  return {s.hits, s.misses, s.entries, s.bytes, s.capacity};
+}
+
+int set_threads(int threads, std::string* warning) {
+  if (threads < 0) fail("threads must be >= 0, got ", threads);
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int n = threads == 0 ? cores : threads;
+  if (n > cores) {
+    if (warning != nullptr)
+      *warning = cat(threads, " threads asked for, but this machine has ", cores,
+                     " cores; using ", cores, " (more threads than cores only wait on each other)");
+    n = cores;
+  }
+  cpu::set_threads(n);
+  return n;
 }
 
 }  // namespace qhx

@@ -1,23 +1,27 @@
-// What stages share: the loaded resources (for the whole pipeline) and the
-// state of one request (RunContext).
+// What stages share: the loaded resources (for the whole pipeline), the state
+// of one conversation (SessionState, lives across requests) and the state of
+// one request (RunContext).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
 #include "qhexrt/hf_config.hpp"
-#include "qhexrt/safetensors.hpp"
-#include "qhexrt/tokenizer.hpp"
-#include "runtime/manifest.hpp"
 #include "qhexrt/pipeline.hpp"
+#include "qhexrt/safetensors.hpp"
+#include "qhexrt/session.hpp"
+#include "qhexrt/tokenizer.hpp"
+#include "runtime/image_cache.hpp"
 #include "runtime/manifest.hpp"
 #include "sampling/sampler.hpp"
 
@@ -30,23 +34,36 @@ struct Table {
   cpu::WeightMatrix matrix;  // [rows, cols] when the tensor is a matrix (else empty)
 };
 
-// A graph's persistent state tensor (the KV cache): uninitialized bytes on
-// 2 MiB pages where the system grants them (decode streams the KV cache like the
-// weights, and 4 KiB pages would cost a TLB miss every few rows).
+// A state tensor's memory (the KV cache): uninitialized bytes on 2 MiB pages
+// where the system grants them (decode streams the KV cache like the weights,
+// and 4 KiB pages would cost a TLB miss every few rows).
 struct StateFree {
   void operator()(std::byte* p) const { std::free(p); }
 };
 using StateBuffer = std::unique_ptr<std::byte[], StateFree>;
 StateBuffer make_state_buffer(std::size_t bytes);
 
-// A graph and its persistent state tensors, by input name.
+// A tensor bound to one of a graph's inputs or outputs by its contract name.
+struct Binding {
+  std::string_view name;
+  TensorRef tensor;
+};
+
+// A graph, its contract (named inputs and outputs with roles) and scratch reused across calls.
 struct Graph {
   std::string name;
   std::unique_ptr<Delegate> delegate;
   std::vector<IoSpec> inputs, outputs;
-  std::map<std::string, StateBuffer> state;  // of the input's dtype and shape
-  std::vector<float> hidden;         // [T, hidden] output buffer, reused across calls
-  std::vector<std::uint8_t> no_mask; // [T] zeros, for calls without images
+  std::vector<float> hidden;          // [T, hidden] output buffer of the language model, reused
+  std::vector<std::uint8_t> no_mask;  // [T] zeros, for calls without images
+
+  // The spec named `name`; throws naming the graph when it has none (a plan
+  // that pairs a stage with a graph of another contract fails at load).
+  const IoSpec& input(std::string_view name) const;
+  const IoSpec& output(std::string_view name) const;
+  // Runs the graph with tensors bound by name: every input and output of the
+  // contract must be bound, and nothing else.
+  void run(std::initializer_list<Binding> inputs, std::initializer_list<Binding> outputs);
 };
 
 struct Resources {
@@ -56,10 +73,22 @@ struct Resources {
   std::map<std::string, Graph> graphs;
   std::map<std::string, Table> tables;
   std::vector<std::int32_t> stop_ids;
+  ImageFeatureCache image_cache;  // vision outputs by pixel hash, shared by every session
+  ImageMemo image_memo;           // encoded bytes -> pixel hash and grid, so a known image is not decoded again
 
   Graph& graph(const std::string& name);
   const Table& table(const std::string& name) const;
   const Table& matrix_table(const std::string& name) const;  // throws unless the table is a matrix
+};
+
+// What one conversation holds between requests: the ids whose keys and values
+// are in its state buffers (positions [0, ids.size())), and those buffers.
+struct SessionState {
+  std::vector<std::int32_t> ids;
+  std::map<std::string, StateBuffer> buffers;  // by "graph.input"
+
+  // The buffer for `graph`'s state input `spec`, allocated on first use.
+  std::byte* buffer(const Graph& graph, const IoSpec& spec);
 };
 
 using Clock = std::chrono::steady_clock;
@@ -68,34 +97,54 @@ inline double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// One request: the conversation to answer (or a raw prompt).
+struct TurnInput {
+  bool raw = false;
+  std::string raw_text;               // raw: the whole prompt text, image pads included
+  std::vector<Message> messages;      // else: rendered through the chat template
+  std::vector<ImageSource> raw_images;  // raw: the images, in the order of their pads
+
+  // Every image of the request, in the order its tokens appear.
+  std::vector<const ImageSource*> images() const;
+};
+
 struct RunContext {
-  RunContext(const GenerationRequest& req, GenerationResult& out, Resources& resources)
-      : request(req), result(out), res(resources) {}
-  const GenerationRequest& request;
+  RunContext(const TurnInput& in, const GenerationOptions& opts, GenerationResult& out, Resources& resources,
+             SessionState& state)
+      : input(in), options(opts), result(out), res(resources), session(state) {}
+  const TurnInput& input;
+  const GenerationOptions& options;
   GenerationResult& result;
   Resources& res;
+  SessionState& session;
   Clock::time_point started = Clock::now();
 
   std::int64_t max_new_tokens = 0;
   SamplingParams sampling;
-  std::vector<std::int32_t> ids;        // the prompt, [L]
-  std::vector<float> embeds;            // [L, hidden]
+  std::vector<std::int32_t> ids;        // the whole prompt, [L]
+  std::int64_t reused = 0;              // P: ids[0, P) are already in the session's cache
+  std::vector<float> embeds;            // [L - P, hidden]: the rows to prefill
   std::vector<std::int32_t> positions;  // [3, L]
   std::int64_t rope_delta = 0;
   std::vector<float> logits;            // [vocab], the latest step's
-  std::optional<StreamDecoder> stream;  // shared by decode (push) and detokenize (flush)
+  std::optional<StreamDecoder> stream;  // decode's text stream
+  std::string held_text;                // streamed text decode held back to the end (detokenize sends it)
+  std::string full_text;                // the output as text, cut at a stop string, <think> part included
 
-  // Image path (empty for text requests).
+  // The images of the request, in prompt order.
   struct Image {
-    std::vector<std::uint8_t> rgb;  // resized, HWC RGB8
+    const ImageSource* source = nullptr;
+    ImageKey key;                        // hash of the resized pixels
+    std::vector<std::uint8_t> rgb;       // resized, HWC RGB8 (empty when known from the memo)
     std::int64_t height = 0, width = 0;
     std::int64_t t = 1, gh = 0, gw = 0;  // grid in patches (image_grid_thw)
+    std::int64_t first_pad = 0;          // index in ids of its first <|image_pad|>
+    std::int64_t n_pads = 0;             // = t·gh·gw / merge²
+    bool needed = false;                 // some of its pads are past the reused prefix
+    std::vector<float> vision_hidden;    // [t·gh·gw, vision_hidden]: stage F's output (when encoded)
+    std::shared_ptr<const ImageFeatures> features;
   };
   std::vector<Image> images;
-  std::vector<float> vision_hidden;  // [N, vision_hidden]: stage F's output, N = Σ t·gh·gw
-  std::vector<float> image_embeds;   // [N/4, hidden]
-  std::vector<float> deepstack;      // [n_deepstack, N/4, hidden]
-  std::int64_t n_deepstack = 0;
 };
 
 }  // namespace qhx

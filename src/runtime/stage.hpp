@@ -3,7 +3,9 @@
 // early) and run once per request.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 
 #include "runtime/manifest.hpp"
 #include "runtime/run_context.hpp"
@@ -29,13 +31,21 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
 std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& res);
 std::unique_ptr<Stage> make_detokenize_stage(const ManifestStage& stage, Resources& res);
 
+// Decodes and resizes an image's encoded bytes into im.rgb (and its size and pixel hash).
+void decode_resized(RunContext& ctx, RunContext::Image& im, std::span<const std::uint8_t> bytes);
+// Decodes an image the memo knew (its pixels were not needed until now).
+void ensure_pixels(RunContext& ctx, RunContext::Image& im);
+
 // Helpers shared by the stages that run the language model.
 // The name of the graph or table the stage names under `key`; throws if absent.
 std::string stage_ref(const ManifestStage& stage, const char* key);
-// Runs `llm` on tokens [start, start+T) and `lm_head` on the rows of hidden
-// selected by `all_rows` (every row, or only the last); logits land in `out`.
-void run_llm_step(Graph& llm, Graph& lm_head, const float* embeds, const std::int32_t* positions,
-                  std::int64_t T, std::int64_t start, const float* deepstack, std::int64_t n_deepstack,
-                  const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out);
+// Runs `llm` on tokens [start, start+T) over the session's state and `lm_head`
+// on the rows of hidden selected by `all_rows` (every row, or only the last);
+// logits land in `out`.
+void run_llm_step(Graph& llm, Graph& lm_head, SessionState& session, const float* embeds,
+                  const std::int32_t* positions, std::int64_t T, std::int64_t start, const float* deepstack,
+                  std::int64_t n_deepstack, const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out);
+// Checks at load that `graph` has the language model's contract.
+void check_llm_contract(const Graph& llm, const Graph& lm_head);
 
 }  // namespace qhx

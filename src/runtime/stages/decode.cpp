@@ -1,12 +1,15 @@
 // "decode": the generation loop. Each step samples a token from the latest
-// logits, streams its text, stops on a stop token or the token budget, and
-// otherwise runs that token through the model (embed -> llm -> lm_head) at
-// position p + rope_delta on all three rope axes.
+// logits, streams its text (held back while it may be the start of a stop
+// string), stops on a stop token, a stop string, the token budget or the
+// caller's cancel, and otherwise runs that token through the model
+// (embed -> llm -> lm_head) at position p + rope_delta on all three rope axes.
+// Every token it runs joins the session's cache.
 #include <algorithm>
 
 #include "backends/cpu/kernel_set.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/stage.hpp"
+#include "runtime/stop_strings.hpp"
 
 namespace qhx {
 namespace {
@@ -24,18 +27,20 @@ class DecodeStage final : public Stage {
     if (ctx.logits.empty()) fail("decode: no logits to sample from (the plan needs a \"prefill\" stage first)");
     GenerationResult& out = ctx.result;
     Sampler sampler(ctx.sampling);
+    StopStrings stops(ctx.options.stop);
     std::vector<std::int32_t> history = ctx.ids;  // the penalties see the prompt and the output
     const auto L = static_cast<std::int64_t>(ctx.ids.size());
     const std::int64_t H = table.matrix.cols;
     std::vector<float> x(static_cast<std::size_t>(H));
     std::int32_t pos[3];
     if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
+    const auto& on_text = ctx.options.on_text;
 
     const auto t_decode = Clock::now();
     out.stop_reason = "max_new_tokens";
     for (std::int64_t step = 0; step < ctx.max_new_tokens; ++step) {
-      if (ctx.request.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
-      const auto& forced = ctx.request.forced_tokens;
+      if (ctx.options.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
+      const auto& forced = ctx.options.forced_tokens;
       const std::int32_t tok = static_cast<std::size_t>(step) < forced.size() ? forced[static_cast<std::size_t>(step)]
                                                                               : sampler.sample(ctx.logits, history);
       out.tokens.push_back(tok);
@@ -45,16 +50,34 @@ class DecodeStage final : public Stage {
         out.stop_reason = "stop_token";
         break;
       }
-      if (ctx.request.on_text && tok < res.tokenizer->vocab_size()) ctx.request.on_text(ctx.stream->push(tok));
+      if (tok < res.tokenizer->vocab_size()) {
+        const std::string piece = stops.push(ctx.stream->push(tok));
+        if (stops.stopped()) {
+          if (on_text && !piece.empty()) on_text(piece);
+          out.stop_reason = "stop_string";
+          break;
+        }
+        if (on_text && !piece.empty() && !on_text(piece)) {
+          out.stop_reason = "cancelled";
+          break;
+        }
+      }
       if (step + 1 == ctx.max_new_tokens) break;  // budget spent: no need for the next logits
 
       if (tok < 0 || tok >= table.matrix.rows) fail("decode: sampled token ", tok, " has no embedding");
       cpu::active_kernels().gather_rows(table.matrix, &tok, 1, x.data());
       const std::int64_t p = L + step;  // sequence index of this token
       std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
-      run_llm_step(llm, head, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);
+      run_llm_step(llm, head, ctx.session, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);
+      ctx.session.ids.push_back(tok);
       ++out.timings.decode_steps;
     }
+    // What the stream still holds back (a possible start of a stop string that never came).
+    if (out.stop_reason != "stop_string" && out.stop_reason != "cancelled") {
+      ctx.held_text = stops.push(ctx.stream->flush());
+      ctx.held_text += stops.flush();
+    }
+    ctx.stream.reset();
     if (out.timings.decode_steps > 0)
       out.timings.decode_ms_per_token = ms_since(t_decode) / static_cast<double>(out.timings.decode_steps);
   }
@@ -69,8 +92,7 @@ std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& 
   std::string llm = stage_ref(stage, "graph");
   std::string head = stage_ref(stage, "lm_head");
   std::string table = stage_ref(stage, "table");
-  (void)res.graph(llm);
-  (void)res.graph(head);
+  check_llm_contract(res.graph(llm), res.graph(head));
   (void)res.matrix_table(table);
   return std::make_unique<DecodeStage>(std::move(llm), std::move(head), std::move(table));
 }

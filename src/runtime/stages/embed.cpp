@@ -1,4 +1,6 @@
-// "embed": prompt ids -> embeddings [L, hidden] from a host-side table.
+// "embed": the ids to prefill (past the reused prefix) -> embeddings
+// [L - P, hidden] from a host-side table, image-pad rows replaced by the
+// image features.
 #include <algorithm>
 
 #include "backends/cpu/kernel_set.hpp"
@@ -14,29 +16,23 @@ class EmbedStage final : public Stage {
 
   void run(RunContext& ctx) override {
     const Table& t = ctx.res.matrix_table(table_);
+    const std::int64_t P = ctx.reused, L = static_cast<std::int64_t>(ctx.ids.size()), H = t.matrix.cols;
     for (const auto id : ctx.ids)
       if (id < 0 || id >= t.matrix.rows)
         fail("token id ", id, " is outside the embedding table \"", table_, "\" (", t.matrix.rows, " rows)");
-    ctx.embeds.resize(ctx.ids.size() * static_cast<std::size_t>(t.matrix.cols));
-    cpu::active_kernels().gather_rows(t.matrix, ctx.ids.data(), static_cast<std::int64_t>(ctx.ids.size()),
-                                         ctx.embeds.data());
-    scatter_image_features(ctx, t.matrix.cols);
-  }
-
- private:
-  // The rows of <|image_pad|> tokens are replaced, in order, by the image features.
-  static void scatter_image_features(RunContext& ctx, std::int64_t hidden) {
-    const auto pad = static_cast<std::int32_t>(ctx.res.config.image_token_id);
-    const auto n_pads = static_cast<std::int64_t>(std::count(ctx.ids.begin(), ctx.ids.end(), pad));
-    const auto n_features = static_cast<std::int64_t>(ctx.image_embeds.size()) / hidden;
-    if (n_pads != n_features)
-      fail("the prompt has ", n_pads, " image tokens but the images gave ", n_features, " features",
-           n_features == 0 && n_pads > 0 ? " (no image, or no vision stage in the plan)" : "");
-    std::int64_t next = 0;
-    for (std::size_t i = 0; i < ctx.ids.size(); ++i)
-      if (ctx.ids[i] == pad)
-        std::copy_n(ctx.image_embeds.data() + (next++) * hidden, hidden,
-                    ctx.embeds.data() + static_cast<std::int64_t>(i) * hidden);
+    ctx.embeds.resize(static_cast<std::size_t>((L - P) * H));
+    cpu::active_kernels().gather_rows(t.matrix, ctx.ids.data() + P, L - P, ctx.embeds.data());
+    // The rows of each needed image's pads take its features, in order.
+    for (const auto& im : ctx.images) {
+      if (!im.needed) continue;
+      if (!im.features)
+        fail("the prompt has image tokens but no image features (the plan needs \"patch_embed\" and \"vision\" stages)");
+      if (im.features->tokens != im.n_pads || im.features->width != H)
+        fail("image ", im.source->name(), ": ", im.features->tokens, " features of width ", im.features->width,
+             " for ", im.n_pads, " image tokens of width ", H);
+      for (std::int64_t r = std::max<std::int64_t>(0, P - im.first_pad); r < im.n_pads; ++r)
+        std::copy_n(im.features->embeds.data() + r * H, H, ctx.embeds.data() + (im.first_pad + r - P) * H);
+    }
   }
 
  private:

@@ -48,36 +48,42 @@ class PatchEmbedStage final : public Stage {
     folded_w_ = {.data = folded_.data(), .dtype = DType::F32, .rows = patch_.rows, .cols = frame_cols_};
   }
 
+  // Stage F for each image whose features are needed and not in the cache.
   void run(RunContext& ctx) override {
-    if (ctx.images.empty()) return;
-    const auto t0 = Clock::now();
-    const std::int64_t hidden = patch_.rows;
-    ctx.vision_hidden.clear();
-    std::vector<float> pos_all;
-    for (const auto& im : ctx.images) {
-      const auto px = qwen3vl::pixel_values(im.rgb.data(), im.height, im.width, layout_);
-      const std::int64_t n = im.gh * im.gw;
-      debug::dump("vision.pixel_values", px.data(), {n, static_cast<std::int64_t>(px.size()) / n});
-      const std::size_t at = ctx.vision_hidden.size();
-      ctx.vision_hidden.resize(at + static_cast<std::size_t>(n * hidden));
-      // The first frame of each patch row (all frames are the same image), against the folded kernel.
-      const std::int64_t cols = static_cast<std::int64_t>(px.size()) / n, pp = frame_cols_ / 3, T = cols / frame_cols_;
-      std::vector<float> frame(static_cast<std::size_t>(n * frame_cols_));
-      for (std::int64_t r = 0; r < n; ++r)
-        for (std::int64_t c = 0; c < 3; ++c)
-          std::copy_n(px.data() + r * cols + c * T * pp, pp, frame.data() + r * frame_cols_ + c * pp);
-      cpu::active_kernels().linear(frame.data(), n, folded_w_, bias_.data(), ctx.vision_hidden.data() + at);
-      const auto pos = qwen3vl::interpolate_pos_embed(pos_, im.t, im.gh, im.gw, layout_.merge);
-      pos_all.insert(pos_all.end(), pos.begin(), pos.end());
+    for (auto& im : ctx.images) {
+      if (!im.needed) continue;
+      if ((im.features = ctx.res.image_cache.find(im.key))) {
+        ++ctx.result.timings.image_cache_hits;
+        continue;
+      }
+      const auto t0 = Clock::now();
+      ensure_pixels(ctx, im);
+      embed_patches(im);
+      ctx.result.timings.vision_ms += ms_since(t0);
     }
-    const auto n_all = static_cast<std::int64_t>(pos_all.size()) / hidden;
-    debug::dump("vision.patch_embed", ctx.vision_hidden.data(), {n_all, hidden});
-    debug::dump("vision.pos_embed", pos_all.data(), {n_all, hidden});
-    cpu::active_kernels().add_inplace(ctx.vision_hidden.data(), pos_all.data(), n_all * hidden);
-    ctx.result.timings.vision_ms += ms_since(t0);
   }
 
  private:
+  // im.vision_hidden [n, hidden] = patch embedding of its pixels + the interpolated position embedding.
+  void embed_patches(RunContext::Image& im) const {
+    const std::int64_t hidden = patch_.rows;
+    const auto px = qwen3vl::pixel_values(im.rgb.data(), im.height, im.width, layout_);
+    const std::int64_t n = im.gh * im.gw;
+    debug::dump("vision.pixel_values", px.data(), {n, static_cast<std::int64_t>(px.size()) / n});
+    im.vision_hidden.resize(static_cast<std::size_t>(n * hidden));
+    // The first frame of each patch row (all frames are the same image), against the folded kernel.
+    const std::int64_t cols = static_cast<std::int64_t>(px.size()) / n, pp = frame_cols_ / 3, T = cols / frame_cols_;
+    std::vector<float> frame(static_cast<std::size_t>(n * frame_cols_));
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t c = 0; c < 3; ++c)
+        std::copy_n(px.data() + r * cols + c * T * pp, pp, frame.data() + r * frame_cols_ + c * pp);
+    cpu::active_kernels().linear(frame.data(), n, folded_w_, bias_.data(), im.vision_hidden.data());
+    const auto pos = qwen3vl::interpolate_pos_embed(pos_, im.t, im.gh, im.gw, layout_.merge);
+    debug::dump("vision.patch_embed", im.vision_hidden.data(), {n, hidden});
+    debug::dump("vision.pos_embed", pos.data(), {n, hidden});
+    cpu::active_kernels().add_inplace(im.vision_hidden.data(), pos.data(), n * hidden);
+  }
+
   qwen3vl::PatchLayout layout_;
   cpu::WeightMatrix patch_, pos_;
   std::vector<float> bias_;

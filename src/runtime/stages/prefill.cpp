@@ -1,6 +1,6 @@
-// "prefill": the prompt through the language model in chunks of the
-// manifest's prefill_chunk tokens, filling the KV cache; ends with the logits
-// of the last prompt position.
+// "prefill": the prompt past the reused prefix through the language model in
+// chunks of the manifest's prefill_chunk tokens, filling the session's KV
+// cache from position P on; ends with the logits of the last prompt position.
 #include <algorithm>
 
 #include "common/debug_dump.hpp"
@@ -22,10 +22,12 @@ class PrefillStage final : public Stage {
     Graph& llm = res.graph(llm_);
     Graph& head = res.graph(lm_head_);
     const auto L = static_cast<std::int64_t>(ctx.ids.size());
-    const std::int64_t H = llm.outputs[0].shape[1];
-    if (static_cast<std::int64_t>(ctx.embeds.size()) != L * H)
+    const std::int64_t P = ctx.reused;
+    const std::int64_t H = llm.output("hidden").shape[1];
+    if (static_cast<std::int64_t>(ctx.embeds.size()) != (L - P) * H)
       fail("prefill: no embeddings for the prompt (the plan needs an \"embed\" stage before \"prefill\")");
 
+    // Positions of the whole prompt (they depend on every image before a token), of which rows P.. are run.
     std::vector<qwen3vl::ImageGrid> grids;
     for (const auto& im : ctx.images) grids.push_back({im.t, im.gh, im.gw});
     const auto pad = static_cast<std::int32_t>(res.config.image_token_id);
@@ -39,36 +41,46 @@ class PrefillStage final : public Stage {
       debug::dump("rope.delta", &delta, {1});
     }
 
-    // DeepStack features laid out per prompt token [n, L, H] (zero where no image), and the image mask.
-    const std::int64_t n_ds = ctx.images.empty() ? 0 : ctx.n_deepstack;
-    std::vector<std::uint8_t> mask(static_cast<std::size_t>(L));
-    for (std::int64_t i = 0; i < L; ++i) mask[static_cast<std::size_t>(i)] = ctx.ids[static_cast<std::size_t>(i)] == pad;
-    const std::int64_t n_img_tokens = static_cast<std::int64_t>(ctx.deepstack.size()) / std::max<std::int64_t>(1, n_ds * H);
+    // Which image (and which of its rows) each prompt token is: -1 for text.
+    std::vector<std::int32_t> owner(static_cast<std::size_t>(L), -1);
+    std::int64_t n_ds = 0;
+    for (std::size_t i = 0; i < ctx.images.size(); ++i) {
+      const auto& im = ctx.images[i];
+      if (!im.needed) continue;
+      std::fill_n(owner.begin() + im.first_pad, im.n_pads, static_cast<std::int32_t>(i));
+      n_ds = std::max(n_ds, im.features->n_deepstack);
+    }
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(L - P));
+    for (std::int64_t i = P; i < L; ++i) mask[static_cast<std::size_t>(i - P)] = owner[static_cast<std::size_t>(i)] >= 0;
 
+    // The session's cache is rewound to P; it grows chunk by chunk, so an
+    // error part-way leaves it holding exactly the chunks that ran.
+    ctx.session.ids.resize(static_cast<std::size_t>(P));
     // "decode_over_prompt" feeds the prompt one token per call, as the seed's decode graph does.
     const std::int64_t chunk = one_by_one_ ? 1 : res.manifest.prefill_chunk;
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
-    std::int64_t img_row = 0;  // image tokens consumed by earlier chunks
     std::vector<float> logits;
-    for (std::int64_t s = 0; s < L; s += chunk) {
+    for (std::int64_t s = P; s < L; s += chunk) {
       const std::int64_t T = std::min(chunk, L - s);
       for (int a = 0; a < 3; ++a)  // the chunk's [3, T] slice of the [3, L] positions
         std::copy_n(ctx.positions.begin() + a * L + s, T, pos.begin() + a * T);
-      std::int64_t row = img_row;
-      for (std::int64_t i = 0; i < T; ++i) {  // this chunk's [n_ds, T, H] slice
-        if (mask[static_cast<std::size_t>(s + i)] == 0) continue;
+      for (std::int64_t i = 0; i < T; ++i) {  // this chunk's [n_ds, T, H] slice (rows of text stay unused)
+        const std::int32_t o = owner[static_cast<std::size_t>(s + i)];
+        if (o < 0) continue;
+        const auto& im = ctx.images[static_cast<std::size_t>(o)];
+        const ImageFeatures& f = *im.features;
+        const std::int64_t row = s + i - im.first_pad;
         for (std::int64_t d = 0; d < n_ds; ++d)
-          std::copy_n(ctx.deepstack.data() + (d * n_img_tokens + row) * H, H, ds.data() + (d * T + i) * H);
-        ++row;
+          std::copy_n(f.deepstack.data() + (d * f.tokens + row) * H, H, ds.data() + (d * T + i) * H);
       }
-      img_row = row;
-      const bool all_rows = ctx.request.keep_prompt_logits;
-      run_llm_step(llm, head, ctx.embeds.data() + s * H, pos.data(), T, s, ds.data(), n_ds, mask.data() + s,
-                   all_rows, logits);
+      const bool all_rows = ctx.options.keep_prompt_logits;
+      run_llm_step(llm, head, ctx.session, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
+                   mask.data() + (s - P), all_rows, logits);
+      ctx.session.ids.insert(ctx.session.ids.end(), ctx.ids.begin() + s, ctx.ids.begin() + s + T);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
     }
-    const std::int64_t V = head.outputs[0].shape[1];
+    const std::int64_t V = head.output("y").shape[1];
     ctx.logits.assign(logits.end() - V, logits.end());
     ctx.result.vocab = V;
     ctx.result.timings.prefill_ms = ms_since(t0);
@@ -84,8 +96,7 @@ class PrefillStage final : public Stage {
 std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources& res) {
   std::string llm = stage_ref(stage, "graph");
   std::string head = stage_ref(stage, "lm_head");
-  (void)res.graph(llm);
-  (void)res.graph(head);
+  check_llm_contract(res.graph(llm), res.graph(head));
   std::string mode = "chunked";
   if (const auto it = stage.args.find("mode"); it != stage.args.end()) {
     if (!it->is_string()) fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\"");

@@ -1,4 +1,9 @@
-// "tokenize": the request -> prompt ids, through the manifest's chat template.
+// "tokenize": the conversation -> prompt ids, through the chat template; then
+// the longest prefix the session's cache already holds is kept (the rest is
+// what this request prefills), and the images whose tokens fall past it are
+// marked as needed.
+#include <algorithm>
+
 #include "qhexrt/error.hpp"
 #include "qwen3vl/chat_template.hpp"
 #include "runtime/stage.hpp"
@@ -6,33 +11,21 @@
 namespace qhx {
 namespace {
 
-constexpr std::string_view kImageMarker = "<image>";
-
-// The user's turn: the prompt's text with an image at each "<image>" marker,
-// or all images first when the prompt has no marker.
-std::vector<qwen3vl::ContentItem> user_content(const std::string& prompt, std::size_t n_images) {
+std::vector<qwen3vl::ChatMessage> template_messages(const std::vector<Message>& messages) {
   using Item = qwen3vl::ContentItem;
-  std::vector<Item> items;
-  std::size_t markers = 0;
-  for (auto at = prompt.find(kImageMarker); at != std::string::npos; at = prompt.find(kImageMarker, at + 1)) ++markers;
-  if (markers == 0) {
-    items.assign(n_images, Item{Item::Kind::Image, ""});
-    items.push_back({Item::Kind::Text, prompt});
-    return items;
+  std::vector<qwen3vl::ChatMessage> out;
+  for (const Message& m : messages) {
+    qwen3vl::ChatMessage cm{m.role, {}};
+    for (const ContentPart& p : m.content)
+      cm.content.push_back(p.kind == ContentPart::Kind::Image ? Item{Item::Kind::Image, ""}
+                                                               : Item{Item::Kind::Text, p.text});
+    out.push_back(std::move(cm));
   }
-  if (markers != n_images) fail("the prompt has ", markers, " <image> markers for ", n_images, " image(s)");
-  std::size_t from = 0;
-  for (auto at = prompt.find(kImageMarker); at != std::string::npos; at = prompt.find(kImageMarker, from)) {
-    if (at > from) items.push_back({Item::Kind::Text, prompt.substr(from, at - from)});
-    items.push_back({Item::Kind::Image, ""});
-    from = at + kImageMarker.size();
-  }
-  if (from < prompt.size()) items.push_back({Item::Kind::Text, prompt.substr(from)});
-  return items;
+  return out;
 }
 
 // Each image's single <|image_pad|> becomes t·gh·gw / merge² pads, as the processor does.
-std::vector<std::int32_t> expand_image_pads(const std::vector<std::int32_t>& ids, const RunContext& ctx) {
+std::vector<std::int32_t> expand_image_pads(const std::vector<std::int32_t>& ids, RunContext& ctx) {
   const auto pad = static_cast<std::int32_t>(ctx.res.config.image_token_id);
   const std::int64_t merge = ctx.res.config.vision.spatial_merge_size;
   std::vector<std::int32_t> out;
@@ -43,8 +36,10 @@ std::vector<std::int32_t> expand_image_pads(const std::vector<std::int32_t>& ids
       continue;
     }
     if (image == ctx.images.size()) fail("the prompt has more image placeholders than images");
-    const auto& im = ctx.images[image++];
-    out.insert(out.end(), static_cast<std::size_t>(im.t * im.gh * im.gw / (merge * merge)), pad);
+    auto& im = ctx.images[image++];
+    im.first_pad = static_cast<std::int64_t>(out.size());
+    im.n_pads = im.t * im.gh * im.gw / (merge * merge);
+    out.insert(out.end(), static_cast<std::size_t>(im.n_pads), pad);
   }
   if (image != ctx.images.size()) fail("the prompt has fewer image placeholders than images (raw prompts need them)");
   return out;
@@ -53,17 +48,13 @@ std::vector<std::int32_t> expand_image_pads(const std::vector<std::int32_t>& ids
 class TokenizeStage final : public Stage {
  public:
   void run(RunContext& ctx) override {
-    const GenerationRequest& req = ctx.request;
     const Manifest& m = ctx.res.manifest;
     std::string text;
-    if (req.raw || m.chat_template == "none") {
-      if (req.system) fail("--system needs the chat template (this request is raw)");
-      text = req.prompt;
+    if (ctx.input.raw) {
+      text = ctx.input.raw_text;
     } else {
-      std::vector<qwen3vl::ChatMessage> messages;
-      if (req.system) messages.push_back({"system", {{qwen3vl::ContentItem::Kind::Text, *req.system}}});
-      messages.push_back({"user", user_content(req.prompt, ctx.images.size())});
-      text = qwen3vl::render_chat(messages, /*add_generation_prompt=*/true);
+      if (m.chat_template == "none") fail(m.source, ": this plan has no chat template; give a raw prompt");
+      text = qwen3vl::render_chat(template_messages(ctx.input.messages), /*add_generation_prompt=*/true);
     }
     ctx.ids = expand_image_pads(ctx.res.tokenizer->encode(text), ctx);
     if (ctx.ids.empty()) fail("the prompt is empty: nothing to generate from");
@@ -75,6 +66,14 @@ class TokenizeStage final : public Stage {
       fail("the prompt (", L, " tokens) plus ", ctx.max_new_tokens, " new tokens exceeds the context of ",
            m.context_length, " tokens; ask for at most ", m.context_length - L, " new tokens");
     ctx.result.prompt_tokens = ctx.ids;
+
+    // Reuse: the longest common prefix with what the cache holds, but at least
+    // the last prompt token is run again, since its logits start the answer.
+    const auto& cached = ctx.session.ids;
+    const auto common = std::mismatch(ctx.ids.begin(), ctx.ids.end(), cached.begin(), cached.end()).first - ctx.ids.begin();
+    ctx.reused = std::min<std::int64_t>(common, L - 1);
+    ctx.result.cached_tokens = ctx.reused;
+    for (auto& im : ctx.images) im.needed = im.first_pad + im.n_pads > ctx.reused;
   }
 };
 

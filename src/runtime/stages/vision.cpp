@@ -1,5 +1,9 @@
-// "vision": the vision graph over stage F's output -> image features for the
-// language model and the DeepStack features of the tapped blocks.
+// "vision": the vision graph over stage F's output of each image to encode ->
+// its features for the language model and the DeepStack features of the
+// tapped blocks, kept in the image-feature cache. One image per call: the
+// encoder attends within an image only, so this equals one call over all.
+#include <memory>
+
 #include "qhexrt/error.hpp"
 #include "runtime/stage.hpp"
 
@@ -11,26 +15,32 @@ class VisionStage final : public Stage {
   explicit VisionStage(std::string graph) : graph_(std::move(graph)) {}
 
   void run(RunContext& ctx) override {
-    if (ctx.images.empty()) return;
-    const auto t0 = Clock::now();
     Graph& g = ctx.res.graph(graph_);
-    const std::int64_t hidden = g.inputs[0].shape[1], out = g.outputs[0].shape[1];
-    const std::int64_t n = static_cast<std::int64_t>(ctx.vision_hidden.size()) / hidden;
-    if (n == 0) fail("vision: no patch embeddings (the plan needs a \"patch_embed\" stage before \"vision\")");
-    std::vector<std::int64_t> grid;
-    for (const auto& im : ctx.images) grid.insert(grid.end(), {im.t, im.gh, im.gw});
-    const auto n_img = static_cast<std::int64_t>(ctx.images.size());
+    const std::int64_t hidden = g.input("hidden").shape[1], out = g.output("image_embeds").shape[1];
+    const std::int64_t n_ds = g.output("deepstack").shape[0];
     const std::int64_t merge = ctx.res.config.vision.spatial_merge_size;
-    const std::int64_t merged = n / (merge * merge);
-    ctx.n_deepstack = g.outputs[1].shape[0];
-    ctx.image_embeds.resize(static_cast<std::size_t>(merged * out));
-    ctx.deepstack.resize(static_cast<std::size_t>(ctx.n_deepstack * merged * out));
-    const TensorRef ins[] = {{DType::F32, {n, hidden}, ctx.vision_hidden.data()}, {DType::I64, {n_img, 3}, grid.data()}};
-    const TensorRef outs[] = {{DType::F32, {merged, out}, ctx.image_embeds.data()},
-                              {DType::F32, {ctx.n_deepstack, merged, out}, ctx.deepstack.data()}};
-    g.delegate->execute(ins, outs);
-    ctx.result.timings.image_tokens = merged;
-    ctx.result.timings.vision_ms += ms_since(t0);
+    for (auto& im : ctx.images) {
+      if (!im.needed || im.features) continue;
+      const auto t0 = Clock::now();
+      const std::int64_t n = static_cast<std::int64_t>(im.vision_hidden.size()) / hidden;
+      if (n == 0) fail("vision: no patch embeddings (the plan needs a \"patch_embed\" stage before \"vision\")");
+      std::int64_t grid[] = {im.t, im.gh, im.gw};
+      auto f = std::make_shared<ImageFeatures>();
+      f->tokens = n / (merge * merge);
+      f->width = out;
+      f->n_deepstack = n_ds;
+      f->embeds.resize(static_cast<std::size_t>(f->tokens * out));
+      f->deepstack.resize(static_cast<std::size_t>(n_ds * f->tokens * out));
+      g.run({{"hidden", {DType::F32, {n, hidden}, im.vision_hidden.data()}}, {"grid_thw", {DType::I64, {1, 3}, grid}}},
+            {{"image_embeds", {DType::F32, {f->tokens, out}, f->embeds.data()}},
+             {"deepstack", {DType::F32, {n_ds, f->tokens, out}, f->deepstack.data()}}});
+      im.vision_hidden = {};
+      ctx.res.image_cache.insert(im.key, f);
+      im.features = std::move(f);
+      ++ctx.result.timings.images_encoded;
+      ctx.result.timings.vision_ms += ms_since(t0);
+    }
+    for (const auto& im : ctx.images) ctx.result.timings.image_tokens += im.needed ? im.n_pads : 0;
   }
 
  private:
@@ -41,7 +51,11 @@ class VisionStage final : public Stage {
 
 std::unique_ptr<Stage> make_vision_stage(const ManifestStage& stage, Resources& res) {
   std::string graph = stage_ref(stage, "graph");
-  (void)res.graph(graph);
+  const Graph& g = res.graph(graph);
+  (void)g.input("hidden");
+  (void)g.input("grid_thw");
+  (void)g.output("image_embeds");
+  (void)g.output("deepstack");
   return std::make_unique<VisionStage>(std::move(graph));
 }
 
