@@ -1,0 +1,279 @@
+// Sessions on the tiny checkpoints transformers wrote (tests/reference): a
+// conversation run through one Session must give, at every generated step,
+// logits equal bit for bit to a fresh single run of the whole conversation so
+// far (a second pipeline with the image cache off, so nothing is shared).
+// Parity of those fresh runs with transformers is tests/python/test_session_parity.py.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "qhexrt/error.hpp"
+#include "qhexrt/session.hpp"
+#include "runtime/manifest.hpp"
+#include "test_support.hpp"
+
+namespace qhx {
+namespace {
+
+std::filesystem::path checkpoint(const std::string& config) {
+  return test::cache_dir() / "reference" / config / "checkpoint";
+}
+std::filesystem::path image(const char* name) { return test::cache_dir() / "reference" / "images" / name; }
+
+Message user(std::vector<ContentPart> parts) { return {"user", std::move(parts)}; }
+ContentPart text(std::string t) { return ContentPart::text_part(std::move(t)); }
+ContentPart picture(const char* name) { return ContentPart::image_part(ImageSource::file(image(name))); }
+
+GenerationOptions greedy(std::int64_t n = 6) {
+  GenerationOptions o;
+  o.max_new_tokens = n;
+  SamplingParams s;
+  s.greedy = true;
+  o.sampling = s;
+  o.keep_step_logits = true;
+  return o;
+}
+
+// The three user turns of the conversation: images in turns 1 and 3.
+std::vector<Message> user_turns() {
+  return {user({picture("img256x320.png"), text("Describe the picture.")}),
+          user({text("What colour is the largest shape?")}),
+          user({picture("img300x200.png"), text("And in this one?")})};
+}
+
+class SessionTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static PipelineOptions no_cache() {
+    PipelineOptions o;
+    o.image_cache_mb = 0;
+    return o;
+  }
+  SessionTest()
+      : pipe_(Pipeline::open(checkpoint(GetParam()))), fresh_pipe_(Pipeline::open(checkpoint(GetParam()), no_cache())) {}
+
+  // The same conversation answered from nothing.
+  GenerationResult fresh(const std::vector<Message>& history, const GenerationOptions& o = greedy()) {
+    Session s(fresh_pipe_);
+    return s.respond(history, o);
+  }
+
+  static void expect_same(const GenerationResult& a, const GenerationResult& b, const std::string& what) {
+    EXPECT_EQ(a.prompt_tokens, b.prompt_tokens) << what;
+    EXPECT_EQ(a.tokens, b.tokens) << what;
+    ASSERT_EQ(a.step_logits.size(), b.step_logits.size()) << what;
+    EXPECT_TRUE(a.step_logits == b.step_logits) << what << ": step logits differ";
+    EXPECT_FALSE(a.step_logits.empty()) << what;
+  }
+
+  Pipeline pipe_, fresh_pipe_;
+};
+
+TEST_P(SessionTest, ThreeTurnsWithImagesEqualFreshRunsBitForBit) {
+  Session s(pipe_);
+  std::int64_t previous_prompt = 0;
+  int turn = 0;
+  for (Message& m : user_turns()) {
+    ++turn;
+    const GenerationResult r = s.send(m, greedy());
+    const std::vector<Message> history(s.messages().begin(), s.messages().end() - 1);  // without the answer
+    expect_same(r, fresh(history), "turn " + std::to_string(turn));
+    // Only the new turn was prefilled: everything the last request's prompt held was reused.
+    EXPECT_GE(r.cached_tokens, previous_prompt) << "turn " << turn;
+    EXPECT_LT(r.cached_tokens, static_cast<std::int64_t>(r.prompt_tokens.size()));
+    EXPECT_EQ(r.timings.images_encoded, turn == 2 ? 0 : 1) << "turn " << turn << ": only the new image is encoded";
+    previous_prompt = static_cast<std::int64_t>(r.prompt_tokens.size());
+  }
+  EXPECT_EQ(s.messages().size(), 6u);
+  EXPECT_EQ(s.messages()[5].role, "assistant");
+}
+
+TEST_P(SessionTest, EditingTurnTwoRewindsTheCacheAndStillMatches) {
+  Session s(pipe_);
+  GenerationResult last;
+  for (Message& m : user_turns()) last = s.send(m, greedy());
+  std::vector<Message> edited(s.messages().begin(), s.messages().begin() + 5);  // u1 a1 u2 a2 u3
+  edited[2] = user({text("Which shape is on the left?")});
+  const GenerationResult r = s.respond(edited, greedy());
+  const GenerationResult f = fresh(edited);
+  expect_same(r, f, "edited turn 2");
+  // The cache was rewound to where the edited prompt departs from the last one: inside turn 2.
+  const auto departs = std::mismatch(f.prompt_tokens.begin(), f.prompt_tokens.end(), last.prompt_tokens.begin(),
+                                     last.prompt_tokens.end()).first - f.prompt_tokens.begin();
+  EXPECT_EQ(r.cached_tokens, departs);
+  EXPECT_GT(r.cached_tokens, static_cast<std::int64_t>(fresh({edited[0]}).prompt_tokens.size()));
+  EXPECT_EQ(r.timings.image_cache_hits, 1) << "image 2 comes from the feature cache";
+  EXPECT_EQ(r.timings.images_encoded, 0);
+}
+
+TEST_P(SessionTest, CancelledAnswerLeavesTheSessionConsistent) {
+  Session s(pipe_);
+  const auto turns = user_turns();
+  s.send(turns[0], greedy());
+  GenerationOptions cancel = greedy(12);
+  int pieces = 0;
+  cancel.on_text = [&](std::string_view) { return ++pieces < 2; };
+  const GenerationResult c = s.send(turns[1], cancel);
+  EXPECT_EQ(c.stop_reason, "cancelled");
+  EXPECT_LT(c.tokens.size(), 12u);
+  EXPECT_EQ(s.messages().size(), 4u);  // the partial answer joined the conversation
+  const GenerationResult r = s.send(turns[2], greedy());
+  const std::vector<Message> history(s.messages().begin(), s.messages().end() - 1);
+  expect_same(r, fresh(history), "turn after a cancelled answer");
+}
+
+TEST_P(SessionTest, UnreadableImageInTurnThreeKeepsTurnsOneAndTwo) {
+  Session s(pipe_);
+  const auto turns = user_turns();
+  s.send(turns[0], greedy());
+  s.send(turns[1], greedy());
+  const auto before = s.messages();
+  const std::int64_t cached = s.cached_tokens();
+  test::TempDir dir;
+  const auto bad = dir.write("broken.png", "\x89PNG\r\n\x1a\n not really");
+  test::expect_error([&] { s.send(user({ContentPart::image_part(ImageSource::file(bad)), text("Look.")}), greedy()); },
+                     {"broken.png"});
+  test::expect_error(
+      [&] { s.send(user({ContentPart::image_part(ImageSource::file(dir.path() / "absent.png")), text("x")}), greedy()); },
+      {"absent.png"});
+  ASSERT_EQ(s.messages().size(), before.size());
+  EXPECT_EQ(s.cached_tokens(), cached);
+  const GenerationResult r = s.send(turns[2], greedy());
+  const std::vector<Message> history(s.messages().begin(), s.messages().end() - 1);
+  expect_same(r, fresh(history), "turn 3 after the failed one");
+}
+
+TEST_P(SessionTest, SameImageInANewSessionSkipsTheVisionEncoder) {
+  Session first(pipe_);
+  const auto turns = user_turns();
+  const GenerationResult a = first.send(turns[0], greedy());
+  EXPECT_EQ(a.timings.images_encoded, 1);
+  EXPECT_GT(a.timings.vision_ms, 0.0);
+  Session second(pipe_);
+  const GenerationResult b = second.send(turns[0], greedy());
+  EXPECT_EQ(b.timings.images_encoded, 0);
+  EXPECT_EQ(b.timings.image_cache_hits, 1);
+  EXPECT_EQ(b.timings.vision_ms, 0.0);
+  EXPECT_EQ(b.cached_tokens, 0);
+  expect_same(a, b, "cache hit");
+  // The same picture as encoded bytes in memory hits too (the key is the pixels).
+  const std::string png = test::read_file(image("img256x320.png"));
+  Session third(pipe_);
+  const GenerationResult c = third.send(
+      user({ContentPart::image_part(ImageSource::encoded({png.begin(), png.end()})), text("Describe the picture.")}),
+      greedy());
+  EXPECT_EQ(c.timings.image_cache_hits, 1);
+  expect_same(a, c, "image from memory");
+  const auto stats = pipe_.image_cache_stats();
+  EXPECT_EQ(stats.entries, 1);
+  EXPECT_GE(stats.hits, 2);
+}
+
+TEST_P(SessionTest, StopStringEndsTheAnswerBeforeIt) {
+  Session s(pipe_);
+  const GenerationResult full = s.send(Message::text("user", "Count to ten."), greedy(16));
+  ASSERT_GE(full.text.size(), 4u) << "the tiny model should say something";
+  const std::string stop = full.text.substr(full.text.size() / 2, 2);
+  GenerationOptions o = greedy(16);
+  o.stop = {stop};
+  std::string streamed;
+  o.on_text = [&](std::string_view t) {
+    streamed += t;
+    return true;
+  };
+  Session t(pipe_);
+  const GenerationResult r = t.send(Message::text("user", "Count to ten."), o);
+  EXPECT_EQ(r.stop_reason, "stop_string");
+  EXPECT_EQ(r.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_EQ(streamed, r.text);
+}
+
+TEST_P(SessionTest, ConversationLongerThanTheContextIsRefusedAndNothingIsLost) {
+  Session s(pipe_);
+  s.send(Message::text("user", "Hello."), greedy());
+  const auto before = s.messages();
+  std::string huge;
+  for (int i = 0; i < 5000; ++i) huge += "word ";
+  test::expect_error([&] { s.send(Message::text("user", huge), greedy()); }, {"does not fit the context"});
+  EXPECT_EQ(s.messages().size(), before.size());
+  const GenerationResult r = s.send(Message::text("user", "Again."), greedy());
+  const std::vector<Message> history(s.messages().begin(), s.messages().end() - 1);
+  expect_same(r, fresh(history), "after the refused turn");
+}
+
+TEST_P(SessionTest, ResentHistoryOfAStatelessClientReusesTheCache) {
+  Session s(pipe_);
+  const GenerationResult a = s.send(Message::text("user", "Name a colour."), greedy());
+  std::vector<Message> resent = s.messages();
+  resent.push_back(Message::text("user", "Another one."));
+  const GenerationResult b = s.respond(resent, greedy());
+  EXPECT_GE(b.cached_tokens, static_cast<std::int64_t>(a.prompt_tokens.size()));
+  expect_same(b, fresh(resent), "resent history");
+  // The exact same request again: all but the last prompt token come from the cache.
+  const GenerationResult c = s.respond(resent, greedy());
+  EXPECT_EQ(c.cached_tokens, static_cast<std::int64_t>(c.prompt_tokens.size()) - 1);
+  expect_same(c, b, "repeated request");
+}
+
+TEST_P(SessionTest, BadConversationsAreRefused) {
+  Session s(pipe_);
+  test::expect_error([&] { s.respond({}, greedy()); }, {"no messages"});
+  test::expect_error([&] { s.respond({Message::text("assistant", "hi")}, greedy()); }, {"must end with a user message"});
+  test::expect_error([&] { s.respond({Message::text("robot", "x"), Message::text("user", "y")}, greedy()); },
+                     {"role \"robot\""});
+  EXPECT_TRUE(s.messages().empty());
+  EXPECT_EQ(s.cached_tokens(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyConfigs, SessionTest, ::testing::Values("tiny_a", "tiny_b"));
+
+TEST(Session, ImageForATextOnlyPlanIsRefused) {
+  test::TempDir dir;
+  nlohmann::json plan = default_manifest_for_hf_dir(checkpoint("tiny_a")).json;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& st : plan["stages"])
+    if (st["op"] != "load_images" && st["op"] != "patch_embed" && st["op"] != "vision") stages.push_back(st);
+  plan["stages"] = stages;
+  plan["graphs"].erase("vision");
+  const auto path = dir.write("text.json", plan.dump());
+  Pipeline pipe = Pipeline::open(path);
+  EXPECT_FALSE(pipe.takes_images());
+  Session s(pipe);
+  test::expect_error([&] { s.send(user({picture("img256x320.png"), text("What is it?")}), greedy()); },
+                     {"no image stages", "cannot take an image"});
+  EXPECT_TRUE(s.messages().empty());
+}
+
+TEST(Messages, ParsesStringsAndParts) {
+  const auto m = parse_messages(
+      R"([{"role":"system","content":"Be brief."},
+          {"role":"user","content":[{"type":"image","path":"a.png"},{"type":"text","text":"What?"}]}])",
+      "conv.json", "/base");
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].role, "system");
+  ASSERT_EQ(m[0].content.size(), 1u);
+  EXPECT_EQ(m[0].content[0].text, "Be brief.");
+  ASSERT_EQ(m[1].content.size(), 2u);
+  EXPECT_EQ(m[1].content[0].kind, ContentPart::Kind::Image);
+  EXPECT_EQ(m[1].content[0].image.path, std::filesystem::path("/base/a.png"));
+  EXPECT_EQ(m[1].content[1].text, "What?");
+}
+
+TEST(Messages, BadFilesNameTheElement) {
+  auto parse = [](const char* j) { return parse_messages(j, "conv.json", "."); };
+  test::expect_error([&] { parse("{\"role\":\"user\"}"); }, {"conv.json", "JSON array of messages"});
+  test::expect_error([&] { parse("[1]"); }, {"conv.json: [0]", "must be an object"});
+  test::expect_error([&] { parse("[{\"role\":\"user\"}]"); }, {"[0].content: missing"});
+  test::expect_error([&] { parse("[{\"role\":\"user\",\"content\":5}]"); }, {"[0].content", "string or a list"});
+  test::expect_error([&] { parse("[{\"role\":\"bot\",\"content\":\"x\"}]"); }, {"[0].role", "\"bot\""});
+  test::expect_error([&] { parse("[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]"); },
+                     {"[0].content[0].type", "\"audio\""});
+  test::expect_error([&] { parse("[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]"); },
+                     {"[0].content[0].path"});
+  test::expect_error([&] { parse("[]"); }, {"no messages"});
+  test::expect_error([&] { parse("[{"); }, {"conv.json", "not JSON"});
+}
+
+}  // namespace
+}  // namespace qhx
