@@ -1,6 +1,10 @@
 #include "runtime/manifest.hpp"
 
 #include <algorithm>
+
+#include "models/model_family.hpp"
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -76,7 +80,8 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
 
   m.name = top.string("name", "");
   m.model = top.string("model", "");
-  if (m.model != "qwen3vl") top.fail_at("model", cat("unsupported model \"", m.model, "\" (expected \"qwen3vl\")"));
+  if (const auto known = model_families(); std::find(known.begin(), known.end(), m.model) == known.end())
+    top.fail_at("model", cat("unsupported model \"", m.model, "\" (this build knows \"qwen3vl\")"));
   m.config = top.string("config", "");
   if (m.config.empty()) top.fail_at("config", "missing (the model's config.json)");
   m.tokenizer = top.string("tokenizer", "");

@@ -133,8 +133,8 @@ namespace {
 void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg) {
   GraphBlob blob{name,           mg.kind, res.manifest.dir, mg.spec, res.manifest.context_length,
                  res.manifest.prefill_chunk, res.manifest.version};
-  if (res.manifest.image.resize == "fixed" && res.config.vision.patch_size > 0) {
-    const std::int64_t side = res.manifest.image.size / res.config.vision.patch_size;
+  if (res.manifest.image.resize == "fixed" && res.family->patch_size() > 0) {
+    const std::int64_t side = res.manifest.image.size / res.family->patch_size();
     blob.image_patches = side * side;
   }
   Graph g;
@@ -221,7 +221,7 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
     res.manifest = load_manifest(path);
   }
   const Manifest& m = res.manifest;
-  res.config = in_manifest(m, "config", [&] { return load_qwen3vl_config(m.dir / m.config); });
+  res.family = in_manifest(m, "config", [&] { return load_model_family(m.model, m.dir / m.config); });
   res.tokenizer.emplace(in_manifest(m, "tokenizer", [&] { return Tokenizer::load(m.dir / m.tokenizer); }));
   for (const auto& stop : m.stop_tokens) {
     const auto id = res.tokenizer->token_to_id(stop);

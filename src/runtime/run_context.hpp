@@ -16,7 +16,7 @@
 
 #include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
-#include "qhexrt/hf_config.hpp"
+#include "models/model_family.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/safetensors.hpp"
 #include "qhexrt/session.hpp"
@@ -68,7 +68,7 @@ struct Graph {
 
 struct Resources {
   Manifest manifest;
-  Qwen3VLConfig config;
+  std::unique_ptr<ModelFamily> family;  // the manifest's "model"
   std::optional<Tokenizer> tokenizer;
   std::map<std::string, Graph> graphs;
   std::map<std::string, Table> tables;

@@ -29,9 +29,8 @@ void with_encoded(const ImageSource& src, Fn&& fn) {
 }
 
 void set_grid(RunContext& ctx, RunContext::Image& im) {
-  const auto& vc = ctx.res.config.vision;
-  im.gh = im.height / vc.patch_size;
-  im.gw = im.width / vc.patch_size;
+  im.gh = im.height / ctx.res.family->patch_size();
+  im.gw = im.width / ctx.res.family->patch_size();
 }
 
 class LoadImagesStage final : public Stage {
@@ -41,9 +40,8 @@ class LoadImagesStage final : public Stage {
     bool decoded_any = false;
     const std::string mode = resize_mode(ctx);
     const ManifestImage& cfg = ctx.res.manifest.image;
-    const auto& vc = ctx.res.config.vision;
     const std::int64_t salt[] = {mode == "fixed", cfg.size, cfg.min_pixels, cfg.max_pixels,
-                                 vc.patch_size * vc.spatial_merge_size};
+                                 ctx.res.family->image_size_factor()};
     for (const ImageSource* src : ctx.input.images()) {
       RunContext::Image im;
       im.source = src;
@@ -71,8 +69,7 @@ class LoadImagesStage final : public Stage {
 
 void decode_resized(RunContext& ctx, RunContext::Image& im, std::span<const std::uint8_t> bytes) {
   const ManifestImage& cfg = ctx.res.manifest.image;
-  const auto& vc = ctx.res.config.vision;
-  const std::int64_t factor = vc.patch_size * vc.spatial_merge_size;
+  const std::int64_t factor = ctx.res.family->image_size_factor();
   const std::string name = im.source->name();
   image::RgbImage img = image::decode_image(bytes, name, image::DecodeLimits{cfg.max_decode_pixels});
   image::Size size{cfg.size, cfg.size};

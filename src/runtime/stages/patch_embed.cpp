@@ -9,6 +9,7 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
+#include "qwen3vl/family.hpp"
 #include "qwen3vl/vision_preprocess.hpp"
 #include "runtime/stage.hpp"
 
@@ -18,7 +19,7 @@ namespace {
 class PatchEmbedStage final : public Stage {
  public:
   PatchEmbedStage(const ManifestStage& st, const Resources& res) {
-    const auto& vc = res.config.vision;
+    const auto& vc = qwen3vl::config_of(*res.family).vision;
     layout_ = {vc.patch_size, vc.temporal_patch_size, vc.spatial_merge_size};
     const std::int64_t cols = vc.in_channels * vc.temporal_patch_size * vc.patch_size * vc.patch_size;
     if (vc.in_channels != 3) fail(st.path, ": only 3-channel (RGB) vision input is supported");

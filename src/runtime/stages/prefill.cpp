@@ -5,7 +5,6 @@
 
 #include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
-#include "qwen3vl/rope_index.hpp"
 #include "runtime/stage.hpp"
 
 namespace qhx {
@@ -28,12 +27,12 @@ class PrefillStage final : public Stage {
       fail("prefill: no embeddings for the prompt (the plan needs an \"embed\" stage before \"prefill\")");
 
     // Positions of the whole prompt (they depend on every image before a token), of which rows P.. are run.
-    std::vector<qwen3vl::ImageGrid> grids;
+    std::vector<ImageGrid> grids;
     for (const auto& im : ctx.images) grids.push_back({im.t, im.gh, im.gw});
-    const auto pad = static_cast<std::int32_t>(res.config.image_token_id);
-    const auto index = qwen3vl::rope_index(ctx.ids, pad, grids, res.config.vision.spatial_merge_size);
-    ctx.positions = index.positions;
-    ctx.rope_delta = index.rope_delta;
+    const Positions index = res.family->positions(ctx.ids, grids);
+    if (index.axes != 3) fail("prefill: the language model takes 3 position axes; the model family gives ", index.axes);
+    ctx.positions = index.ids;
+    ctx.rope_delta = index.delta;
     if (debug::dumping()) {
       const std::vector<float> as_float(ctx.positions.begin(), ctx.positions.end());
       debug::dump("rope.position_ids", as_float.data(), {3, L});

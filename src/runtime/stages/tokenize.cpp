@@ -5,29 +5,14 @@
 #include <algorithm>
 
 #include "qhexrt/error.hpp"
-#include "qwen3vl/chat_template.hpp"
 #include "runtime/stage.hpp"
 
 namespace qhx {
 namespace {
 
-std::vector<qwen3vl::ChatMessage> template_messages(const std::vector<Message>& messages) {
-  using Item = qwen3vl::ContentItem;
-  std::vector<qwen3vl::ChatMessage> out;
-  for (const Message& m : messages) {
-    qwen3vl::ChatMessage cm{m.role, {}};
-    for (const ContentPart& p : m.content)
-      cm.content.push_back(p.kind == ContentPart::Kind::Image ? Item{Item::Kind::Image, ""}
-                                                               : Item{Item::Kind::Text, p.text});
-    out.push_back(std::move(cm));
-  }
-  return out;
-}
-
 // Each image's single <|image_pad|> becomes t·gh·gw / merge² pads, as the processor does.
 std::vector<std::int32_t> expand_image_pads(const std::vector<std::int32_t>& ids, RunContext& ctx) {
-  const auto pad = static_cast<std::int32_t>(ctx.res.config.image_token_id);
-  const std::int64_t merge = ctx.res.config.vision.spatial_merge_size;
+  const std::int32_t pad = ctx.res.family->image_token_id();
   std::vector<std::int32_t> out;
   std::size_t image = 0;
   for (const auto id : ids) {
@@ -38,7 +23,7 @@ std::vector<std::int32_t> expand_image_pads(const std::vector<std::int32_t>& ids
     if (image == ctx.images.size()) fail("the prompt has more image placeholders than images");
     auto& im = ctx.images[image++];
     im.first_pad = static_cast<std::int64_t>(out.size());
-    im.n_pads = im.t * im.gh * im.gw / (merge * merge);
+    im.n_pads = ctx.res.family->image_tokens({im.t, im.gh, im.gw});
     out.insert(out.end(), static_cast<std::size_t>(im.n_pads), pad);
   }
   if (image != ctx.images.size()) fail("the prompt has fewer image placeholders than images (raw prompts need them)");
@@ -54,7 +39,7 @@ class TokenizeStage final : public Stage {
       text = ctx.input.raw_text;
     } else {
       if (m.chat_template == "none") fail(m.source, ": this plan has no chat template; give a raw prompt");
-      text = qwen3vl::render_chat(template_messages(ctx.input.messages), /*add_generation_prompt=*/true);
+      text = ctx.res.family->render_chat(ctx.input.messages, /*add_generation_prompt=*/true);
     }
     ctx.ids = expand_image_pads(ctx.res.tokenizer->encode(text), ctx);
     if (ctx.ids.empty()) fail("the prompt is empty: nothing to generate from");

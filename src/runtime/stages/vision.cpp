@@ -18,7 +18,6 @@ class VisionStage final : public Stage {
     Graph& g = ctx.res.graph(graph_);
     const std::int64_t hidden = g.input("hidden").shape[1], out = g.output("image_embeds").shape[1];
     const std::int64_t n_ds = g.output("deepstack").shape[0];
-    const std::int64_t merge = ctx.res.config.vision.spatial_merge_size;
     for (auto& im : ctx.images) {
       if (!im.needed || im.features) continue;
       const auto t0 = Clock::now();
@@ -26,7 +25,7 @@ class VisionStage final : public Stage {
       if (n == 0) fail("vision: no patch embeddings (the plan needs a \"patch_embed\" stage before \"vision\")");
       std::int64_t grid[] = {im.t, im.gh, im.gw};
       auto f = std::make_shared<ImageFeatures>();
-      f->tokens = n / (merge * merge);
+      f->tokens = im.n_pads;
       f->width = out;
       f->n_deepstack = n_ds;
       f->embeds.resize(static_cast<std::size_t>(f->tokens * out));

@@ -1,0 +1,57 @@
+// A model family: what the generic runtime needs to know about a model that
+// the manifest does not say — its config, its special tokens, how many tokens
+// an image becomes, its positions (rope index), its built-in chat template.
+// The manifest's "model" picks the family; the stages ask it, never a config
+// struct of their own. Adding a family is adding a folder (src/qwen3vl/ is
+// one) with a class that implements this and registers itself below.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qhexrt/session.hpp"
+
+namespace qhx {
+
+struct ImageGrid {
+  std::int64_t t = 1, h = 0, w = 0;  // in patches (image_grid_thw)
+};
+
+struct Positions {
+  std::vector<std::int32_t> ids;  // [axes, L]
+  std::int64_t axes = 1;
+  std::int64_t delta = 0;         // a token generated at sequence index p has position p + delta on every axis
+};
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  virtual std::string_view name() const = 0;
+
+  // --- images (a family without vision returns 0 / throws) ---------------------
+  virtual std::int32_t image_token_id() const = 0;
+  virtual std::int64_t patch_size() const = 0;
+  // Image sides must be multiples of this (patch x merge).
+  virtual std::int64_t image_size_factor() const = 0;
+  // How many image-pad tokens an image of this grid becomes in the prompt.
+  virtual std::int64_t image_tokens(const ImageGrid& grid) const = 0;
+
+  // --- text -----------------------------------------------------------------------
+  // Positions of the whole prompt `ids` with its images' grids in order.
+  virtual Positions positions(std::span<const std::int32_t> ids, std::span<const ImageGrid> grids) const = 0;
+  // The family's built-in chat template (the manifest's "chat_template": the family name).
+  virtual std::string render_chat(const std::vector<Message>& messages, bool add_generation_prompt) const = 0;
+};
+
+// The family named `model`, with its config.json loaded and validated.
+// Throws qhx::Error naming the known families when `model` is not one.
+std::unique_ptr<ModelFamily> load_model_family(std::string_view model, const std::filesystem::path& config_json);
+// The names `load_model_family` knows.
+std::vector<std::string> model_families();
+
+}  // namespace qhx

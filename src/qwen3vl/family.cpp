@@ -1,0 +1,41 @@
+#include "qwen3vl/family.hpp"
+
+#include "qhexrt/error.hpp"
+#include "qwen3vl/chat_template.hpp"
+#include "qwen3vl/rope_index.hpp"
+
+namespace qhx {
+namespace qwen3vl {
+
+std::int64_t Family::image_tokens(const qhx::ImageGrid& g) const {
+  const std::int64_t merge = cfg_.vision.spatial_merge_size;
+  return g.t * g.h * g.w / (merge * merge);
+}
+
+Positions Family::positions(std::span<const std::int32_t> ids, std::span<const qhx::ImageGrid> grids) const {
+  std::vector<qwen3vl::ImageGrid> g;
+  for (const auto& x : grids) g.push_back({x.t, x.h, x.w});
+  auto r = rope_index(ids, image_token_id(), g, cfg_.vision.spatial_merge_size);
+  return {std::move(r.positions), 3, r.rope_delta};
+}
+
+std::string Family::render_chat(const std::vector<Message>& messages, bool add_generation_prompt) const {
+  std::vector<ChatMessage> out;
+  for (const Message& m : messages) {
+    ChatMessage cm{m.role, {}};
+    for (const ContentPart& p : m.content)
+      cm.content.push_back(p.kind == ContentPart::Kind::Image ? ContentItem{ContentItem::Kind::Image, ""}
+                                                               : ContentItem{ContentItem::Kind::Text, p.text});
+    out.push_back(std::move(cm));
+  }
+  return qwen3vl::render_chat(out, add_generation_prompt);
+}
+
+const Qwen3VLConfig& config_of(const ModelFamily& family) {
+  const auto* f = dynamic_cast<const Family*>(&family);
+  if (f == nullptr) fail("this stage is Qwen3-VL's; the plan's model is \"", family.name(), "\"");
+  return f->config();
+}
+
+}  // namespace qwen3vl
+}  // namespace qhx
