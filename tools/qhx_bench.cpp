@@ -38,11 +38,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/thread_pool.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/safetensors.hpp"
-#include "runtime/manifest.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -176,7 +174,7 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per figure (median); default 3, 1 with --quick")->check(CLI::PositiveNumber);
   app.add_option("--decode-steps", decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
       ->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (qhx::cpu::set_threads; 0: the runtime's default)")
+  app.add_option("--threads", threads, "CPU threads (0: one per core)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
@@ -185,8 +183,9 @@ int main(int argc, char** argv) {
   if (decode_steps == 0) decode_steps = quick ? 4 : 16;
 
   try {
-    if (threads > 0) qhx::cpu::set_threads(threads);
-    const int threads_used = qhx::cpu::num_threads();
+    std::string warning;
+    const int threads_used = qhx::set_threads(threads, &warning);
+    if (!warning.empty()) std::fprintf(stderr, "qhx_bench: warning: %s\n", warning.c_str());
     const fs::path dir = bundle;
     if (!fs::is_directory(dir)) qhx::fail(bundle, ": no such bundle directory (scripts/bench.sh builds one)");
     if (!fs::exists(image)) qhx::fail(image, ": no such image (run from the repository root, or give --image)");

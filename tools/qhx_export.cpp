@@ -6,8 +6,7 @@
 
 #include <cstdio>
 
-#include "export/export_bundle.hpp"
-#include "export/verify_bundle.hpp"
+#include "qhexrt/export.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"Export a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle"};

@@ -15,12 +15,10 @@
 #include <iostream>
 #include <map>
 
-#include "common/debug_dump.hpp"
-#include "io/npy.hpp"
+#include "qhexrt/debug.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/session.hpp"
-#include "runtime/manifest.hpp"
 
 namespace {
 
@@ -113,9 +111,7 @@ int run(const Args& args_in) {
   }
 
   if (a.print_plan) {
-    const qhx::Manifest m = std::filesystem::is_directory(a.model) ? qhx::default_manifest_for_hf_dir(a.model)
-                                                                   : qhx::load_manifest(a.model);
-    std::cout << m.json.dump(2) << std::endl;
+    std::cout << qhx::Pipeline::plan(a.model, !a.images.empty() || !a.messages.empty()) << std::endl;
     return 0;
   }
   std::vector<qhx::Message> messages;
@@ -139,7 +135,7 @@ int run(const Args& args_in) {
   qhx::GenerationOptions opts;
   if (a.max_new != 0) opts.max_new_tokens = a.max_new;
   if (!a.resize.empty()) opts.resize = a.resize;
-  opts.sampling = sampling_from(a, pipe.manifest().sampling);
+  opts.sampling = sampling_from(a, pipe.default_sampling());
   opts.stop = a.stop;
   opts.forced_tokens = a.force_tokens;
   opts.keep_step_logits = !a.dump_logits.empty();

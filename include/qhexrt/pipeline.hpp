@@ -95,6 +95,10 @@ class Pipeline {
   static Pipeline open(const std::filesystem::path& path, const PipelineOptions& options = {},
                        bool want_images = false);
 
+  // The plan open() would run for `path` (a manifest, bundle folder or
+  // checkpoint directory), as indented JSON; nothing is loaded.
+  static std::string plan(const std::filesystem::path& path, bool want_images = false);
+
   Pipeline(Pipeline&&) noexcept;
   Pipeline& operator=(Pipeline&&) noexcept;
   ~Pipeline();
@@ -108,6 +112,8 @@ class Pipeline {
   GenerationResult generate(const GenerationRequest& request);
 
   bool takes_images() const;  // the plan has image stages
+  const SamplingParams& default_sampling() const;  // the plan's sampling defaults
+  std::int64_t context_length() const;
   ImageCacheStats image_cache_stats() const;
 
  private:

@@ -1,4 +1,4 @@
-#include "export/export_bundle.hpp"
+#include "qhexrt/export.hpp"
 
 #include <chrono>
 #include <cstdio>

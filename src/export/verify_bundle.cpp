@@ -1,4 +1,4 @@
-#include "export/verify_bundle.hpp"
+#include "qhexrt/export.hpp"
 
 #include <cmath>
 #include <fstream>

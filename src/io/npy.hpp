@@ -1,17 +1,4 @@
-// Writing NumPy .npy files (format version 1.0, little-endian, C order), for
-// dumps that tests and users read with numpy.load.
+// write_npy is declared in the public qhexrt/debug.hpp.
 #pragma once
 
-#include <cstdint>
-#include <filesystem>
-#include <span>
-#include <vector>
-
-namespace qhx {
-
-// Throws qhx::Error naming the path on failure. numel(shape) must equal data.size().
-void write_npy(const std::filesystem::path& path, std::span<const float> data, const std::vector<std::int64_t>& shape);
-void write_npy(const std::filesystem::path& path, std::span<const std::int64_t> data,
-               const std::vector<std::int64_t>& shape);
-
-}  // namespace qhx
+#include "qhexrt/debug.hpp"

@@ -1,0 +1,61 @@
+// qhexrt/export.hpp — turning a Hugging Face checkpoint into a QHexRT bundle
+// (docs/bundle.md), and the export gate that checks the bundle against its source.
+//
+//   Exporting a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle: the seed's
+//   files under the seed's names and roles (docs/bundle.md), in one weight
+//   format, plus the two manifests that run them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace qhx {
+
+struct ExportOptions {
+  std::filesystem::path hf_dir;     // config.json, model.safetensors(.index.json), tokenizer.json
+  std::filesystem::path out_dir;
+  std::string weights = "w8";       // w8 | w4 | f16 | f32
+  std::string lm_head;              // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
+  std::int64_t image_size = 512;    // fixed resize of the VLM manifest; names the files
+  std::int64_t prefill_chunk = 320;
+  std::int64_t context = 1024;
+  bool progress = true;             // a progress bar on stderr
+};
+
+struct ExportSummary {
+  std::vector<std::pair<std::string, std::uint64_t>> files;  // name, bytes
+  double seconds = 0;
+  std::filesystem::path vlm_manifest, text_manifest;
+};
+
+// Throws qhx::Error naming the file or tensor at fault.
+ExportSummary export_bundle(const ExportOptions& options);
+
+// --- the export gate --------------------------------------------------------
+// The export gate: runs a freshly exported bundle and its fp32 source side by
+// side on a text prompt and an image prompt, and compares the logits that
+// choose the first generated token.
+
+
+struct VerifyCase {
+  std::string name;  // "text", "image"
+  double cosine = 0;
+  double max_abs = 0;
+  std::int32_t bundle_token = -1, source_token = -1;
+};
+
+struct VerifyReport {
+  std::vector<VerifyCase> cases;
+  double cosine_bound = 0;  // the format's bound
+  bool passed = false;      // every case: same greedy first token and cosine >= bound
+};
+
+// The cosine bound a format must meet: w8 0.999, w4 0.99, f16 0.9999, f32 0.99999.
+double cosine_bound(const std::string& weights);
+
+VerifyReport verify_bundle(const ExportSummary& bundle, const ExportOptions& options);
+
+}  // namespace qhx
