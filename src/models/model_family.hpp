@@ -44,6 +44,10 @@ class ModelFamily {
   // --- text -----------------------------------------------------------------------
   // Positions of the whole prompt `ids` with its images' grids in order.
   virtual Positions positions(std::span<const std::int32_t> ids, std::span<const ImageGrid> grids) const = 0;
+  // Host-side rope tables for graphs that take them (the NPU contract):
+  // cos/sin [T, head_dim/2] of positions [axes, T], the values the model's own
+  // rotation uses (its two halves are equal under rotate_half).
+  virtual void rope_tables(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const = 0;
   // The family's built-in chat template (the manifest's "chat_template": the family name).
   virtual std::string render_chat(const std::vector<Message>& messages, bool add_generation_prompt) const = 0;
 };

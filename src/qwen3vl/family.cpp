@@ -3,6 +3,9 @@
 #include "qhexrt/error.hpp"
 #include "qwen3vl/chat_template.hpp"
 #include "qwen3vl/rope_index.hpp"
+#include "nn/rope.hpp"
+
+#include <algorithm>
 
 namespace qhx {
 namespace qwen3vl {
@@ -29,6 +32,19 @@ std::string Family::render_chat(const std::vector<Message>& messages, bool add_g
     out.push_back(std::move(cm));
   }
   return qwen3vl::render_chat(out, add_generation_prompt);
+}
+
+void Family::rope_tables(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const {
+  const auto& t = cfg_.text;
+  const std::int64_t hd = t.head_dim, half = hd / 2;
+  const auto inv_freq = nn::rope_inv_freq(t.rope_theta, hd);
+  const auto axes = nn::mrope_interleaved_axes(t.mrope_section, half);
+  std::vector<float> c(static_cast<std::size_t>(T * hd)), s(c.size());
+  nn::mrope_cos_sin(positions, T, inv_freq, axes, c.data(), s.data());
+  for (std::int64_t i = 0; i < T; ++i) {
+    std::copy_n(c.data() + i * hd, half, cos + i * half);
+    std::copy_n(s.data() + i * hd, half, sin + i * half);
+  }
 }
 
 const Qwen3VLConfig& config_of(const ModelFamily& family) {

@@ -1,7 +1,9 @@
 #include "qwen3vl/text_decoder.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <optional>
 
 #include "backends/cpu/checkpoint_weights.hpp"
@@ -24,12 +26,25 @@ struct Layer {
   nn::SwiGluWeights mlp;
 };
 
-class TextDecoder final : public Delegate {
+// The decoder's layers over a KV cache [layers, 2, ctx, kv_heads, head_dim];
+// both contracts below run it.
+class DecoderCore {
  public:
-  void init(const GraphBlob& blob) override;
-  std::vector<IoSpec> input_specs() const override;
-  std::vector<IoSpec> output_specs() const override;
-  void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) override;
+  void init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max_t);
+  const Qwen3VLTextConfig& config() const { return cfg_; }
+  std::int64_t ctx() const { return ctx_; }
+  std::int64_t max_t() const { return max_t_; }
+  bool kv_f16() const { return kv_f16_; }
+  const std::string& name() const { return name_; }
+  void cos_sin(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const {
+    nn::mrope_cos_sin(positions, T, inv_freq_, axes_, cos, sin);
+  }
+  // hidden_out [T, hidden] = the final-normed states of embeds [T, hidden] at
+  // indices start.., with cos/sin [T, head_dim]; writes the tokens' keys and
+  // values into kv; adds deepstack [n, T, hidden] after layers 0..n-1 where mask is set.
+  void forward(const float* embeds, std::int64_t T, std::int64_t start, const float* cos, const float* sin,
+               std::byte* kv, const float* deepstack, std::int64_t n_deepstack, const std::uint8_t* mask,
+               float* hidden_out);
 
  private:
   std::string name_;
@@ -44,18 +59,18 @@ class TextDecoder final : public Delegate {
   const cpu::KernelSet* k_ = &cpu::active_kernels();
 
   // Workspace, sized once for max_t_ tokens.
-  std::vector<float> h_, x_, cos_, sin_;  // h_: residual [T, hidden]; x_: normed; cos/sin [T, head_dim]
+  std::vector<float> h_, x_;  // h_: residual [T, hidden]; x_: normed
   nn::AttentionScratch attn_scratch_;
   nn::SwiGluScratch mlp_scratch_;
 };
 
-void TextDecoder::init(const GraphBlob& blob) {
+void DecoderCore::init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max_t) {
   name_ = blob.name;
   cfg_ = load_qwen3vl_config(blob_file(blob, "config")).text;
   ckpt_.emplace(Checkpoint::open(blob_file(blob, "weights")));
   const Checkpoint& ck = *ckpt_;
-  ctx_ = blob.context_length;
-  max_t_ = blob.max_tokens_per_call;
+  ctx_ = ctx;
+  max_t_ = max_t;
   if (ctx_ <= 0 || max_t_ <= 0) fail("graph \"", name_, "\": context length and prefill chunk must be positive");
   if (const auto it = blob.spec.find("kv_cache"); it != blob.spec.end()) {
     if (!it->is_string() || (*it != "f32" && *it != "f16"))
@@ -93,50 +108,17 @@ void TextDecoder::init(const GraphBlob& blob) {
   const auto T = static_cast<std::size_t>(max_t_);
   h_.resize(T * static_cast<std::size_t>(hidden));
   x_.resize(h_.size());
-  cos_.resize(T * static_cast<std::size_t>(hd));
-  sin_.resize(cos_.size());
   attn_scratch_ = nn::AttentionScratch(max_t_, hq, hkv, hd);
   mlp_scratch_ = nn::SwiGluScratch(max_t_, inter);
 }
 
-std::vector<IoSpec> TextDecoder::input_specs() const {
-  const std::int64_t h = cfg_.hidden_size;
-  return {{"embeds", DType::F32, {-1, h}},
-          {"positions", DType::I32, {3, -1}},
-          {"start", DType::I64, {1}},
-          {"kv_cache", kv_f16_ ? DType::F16 : DType::F32,
-           {cfg_.num_hidden_layers, 2, ctx_, cfg_.num_key_value_heads, cfg_.head_dim},
-           IoRole::State},
-          {"deepstack", DType::F32, {-1, -1, h}},
-          {"image_mask", DType::U8, {-1}}};
-}
-
-std::vector<IoSpec> TextDecoder::output_specs() const { return {{"hidden", DType::F32, {-1, cfg_.hidden_size}}}; }
-
-void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorRef> out) {
-  const auto ispecs = input_specs();
-  const auto ospecs = output_specs();
-  check_io(name_, ispecs, in, "input");
-  check_io(name_, ospecs, out, "output");
-  const std::int64_t T = in[0].shape[0];
-  const std::int64_t start = in[2].as<std::int64_t>()[0];
+void DecoderCore::forward(const float* embeds, std::int64_t T, std::int64_t start, const float* cos_in,
+                          const float* sin_in, std::byte* kv, const float* deepstack, std::int64_t n_deepstack,
+                          const std::uint8_t* mask, float* hidden_out) {
   const std::int64_t hidden = cfg_.hidden_size;
-  if (T < 1 || T > max_t_) fail("graph \"", name_, "\": ", T, " tokens in one call; the plan allows 1..", max_t_);
-  if (in[1].shape[1] != T || out[0].shape[0] != T || in[5].shape[0] != T || in[4].shape[1] != T)
-    fail("graph \"", name_, "\": positions, image_mask, deepstack and hidden must all have ", T, " tokens");
-  if (start < 0 || start + T > ctx_)
-    fail("graph \"", name_, "\": tokens ", start, "..", start + T - 1, " do not fit the context of ", ctx_);
-  const std::int64_t n_deepstack = in[4].shape[0];
-  if (n_deepstack > cfg_.num_hidden_layers) fail("graph \"", name_, "\": more deepstack inputs than layers");
-
   float* h = h_.data();
-  std::memcpy(h, in[0].data, static_cast<std::size_t>(T * hidden) * sizeof(float));
+  std::memcpy(h, embeds, static_cast<std::size_t>(T * hidden) * sizeof(float));
   debug::dump("hidden.embed", h, {T, hidden});
-  nn::mrope_cos_sin(in[1].as<std::int32_t>(), T, inv_freq_, axes_, cos_.data(), sin_.data());
-
-  const auto* mask = in[5].as<std::uint8_t>();
-  const auto* deepstack = in[4].as<const float>();
-  auto* kv = in[3].as<std::byte>();
   const std::int64_t kv_layer = 2 * ctx_ * cfg_.num_key_value_heads * cfg_.head_dim;  // elements
   const std::int64_t kv_size = kv_f16_ ? 2 : 4;  // bytes per element
   const nn::AttentionShape shape{cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim,
@@ -147,7 +129,7 @@ void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorR
     std::byte* k_cache = kv + li * kv_layer * kv_size;
     const nn::KvCache cache{k_cache, k_cache + kv_layer / 2 * kv_size, kv_f16_};
     k_->rms_norm(h, L.input_norm.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), x_.data());
-    nn::self_attention(*k_, L.attn, shape, x_.data(), T, start, cos_.data(), sin_.data(), cache, attn_scratch_, h);
+    nn::self_attention(*k_, L.attn, shape, x_.data(), T, start, cos_in, sin_in, cache, attn_scratch_, h);
     k_->rms_norm(h, L.post_norm.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), x_.data());
     nn::swiglu_mlp(*k_, L.mlp, x_.data(), T, mlp_scratch_, h);
     if (debug::dumping()) debug::dump("hidden.layer" + std::to_string(l), h, {T, hidden});
@@ -157,12 +139,188 @@ void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorR
         if (mask[t] != 0) k_->add_inplace(h + t * hidden, ds + t * hidden, hidden);
     }
   }
-  k_->rms_norm(h, final_norm_.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), out[0].as<float>());
-  debug::dump("hidden.final_norm", out[0].as<float>(), {T, hidden});
+  k_->rms_norm(h, final_norm_.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), hidden_out);
+  debug::dump("hidden.final_norm", hidden_out, {T, hidden});
 }
+
+
+// Kind "qwen3vl.text_decoder": the KV cache is a state tensor the graph updates in place.
+class TextDecoder final : public Delegate {
+ public:
+  void init(const GraphBlob& blob) override {
+    core_.init(blob, blob.context_length, blob.max_tokens_per_call);
+    cos_.resize(static_cast<std::size_t>(core_.max_t() * core_.config().head_dim));
+    sin_.resize(cos_.size());
+  }
+  std::vector<IoSpec> input_specs() const override;
+  std::vector<IoSpec> output_specs() const override;
+  void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) override;
+
+ private:
+  DecoderCore core_;
+  std::vector<float> cos_, sin_;  // [max_t, head_dim]
+};
+
+std::vector<IoSpec> TextDecoder::input_specs() const {
+  const std::int64_t h = core_.config().hidden_size;
+  return {{"embeds", DType::F32, {-1, h}},
+          {"positions", DType::I32, {3, -1}},
+          {"start", DType::I64, {1}},
+          {"kv_cache", core_.kv_f16() ? DType::F16 : DType::F32,
+           {core_.config().num_hidden_layers, 2, core_.ctx(), core_.config().num_key_value_heads, core_.config().head_dim},
+           IoRole::State},
+          {"deepstack", DType::F32, {-1, -1, h}},
+          {"image_mask", DType::U8, {-1}}};
+}
+
+std::vector<IoSpec> TextDecoder::output_specs() const { return {{"hidden", DType::F32, {-1, core_.config().hidden_size}}}; }
+
+void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorRef> out) {
+  const auto ispecs = input_specs();
+  const auto ospecs = output_specs();
+  check_io(core_.name(), ispecs, in, "input");
+  check_io(core_.name(), ospecs, out, "output");
+  const std::int64_t T = in[0].shape[0];
+  const std::int64_t start = in[2].as<std::int64_t>()[0];
+  if (T < 1 || T > core_.max_t()) fail("graph \"", core_.name(), "\": ", T, " tokens in one call; the plan allows 1..", core_.max_t());
+  if (in[1].shape[1] != T || out[0].shape[0] != T || in[5].shape[0] != T || in[4].shape[1] != T)
+    fail("graph \"", core_.name(), "\": positions, image_mask, deepstack and hidden must all have ", T, " tokens");
+  if (start < 0 || start + T > core_.ctx())
+    fail("graph \"", core_.name(), "\": tokens ", start, "..", start + T - 1, " do not fit the context of ", core_.ctx());
+  const std::int64_t n_ds = in[4].shape[0];
+  if (n_ds > core_.config().num_hidden_layers) fail("graph \"", core_.name(), "\": more deepstack inputs than layers");
+
+  core_.cos_sin(in[1].as<std::int32_t>(), T, cos_.data(), sin_.data());
+  core_.forward(in[0].as<const float>(), T, start, cos_.data(), sin_.data(), in[3].as<std::byte>(),
+                in[4].as<const float>(), n_ds, in[5].as<std::uint8_t>(), out[0].as<float>());
+}
+
+
+// Kind "qwen3vl.text_decoder_ar": the NPU graphs' contract (docs/manifest.md),
+// a fixed block of AR tokens over a fixed context CL with the KV cache kept by
+// the host: the past comes in, only the block's new keys and values go out,
+// and the host gives the additive attention mask and the rope tables. This CPU
+// version is the contract's reference: it takes the masks a host builds for a
+// sequence (valid past rows first, causal within the block, padding rows fully
+// masked) and runs the same layers as the state kind, so its results equal
+// that kind's bit for bit. It copies the valid past into its own cache on every
+// call, which a state graph never does: it is for proving the stages, not for speed.
+class TextDecoderAr final : public Delegate {
+ public:
+  void init(const GraphBlob& blob) override {
+    const auto it = blob.spec.find("block");
+    if (it == blob.spec.end() || !it->is_number_integer() || it->get<std::int64_t>() < 1)
+      fail("graph \"", blob.name, "\": \"block\" (the tokens of one call, e.g. 320 or 1) must be a positive integer");
+    ar_ = it->get<std::int64_t>();
+    if (ar_ >= blob.context_length)
+      fail("graph \"", blob.name, "\": block ", ar_, " leaves no past in a context of ", blob.context_length);
+    if (const auto kv = blob.spec.find("kv_cache"); kv != blob.spec.end() && *kv != "f32")
+      fail("graph \"", blob.name, "\": this kind keeps its KV in f32 (\"kv_cache\" ", kv->dump(), ")");
+    core_.init(blob, blob.context_length, ar_);
+    const auto& c = core_.config();
+    row_ = c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
+    kv_.resize(static_cast<std::size_t>(2 * core_.ctx() * row_));
+    cos_.resize(static_cast<std::size_t>(ar_ * c.head_dim));
+    sin_.resize(cos_.size());
+    ones_.assign(static_cast<std::size_t>(ar_), 1);
+  }
+
+  std::vector<IoSpec> input_specs() const override {
+    const auto& c = core_.config();
+    const std::int64_t past = core_.ctx() - ar_, half = c.head_dim / 2;
+    return {{"inputs_embeds", DType::F32, {ar_, c.hidden_size}},
+            {"attention_mask", DType::F32, {ar_, core_.ctx()}},
+            {"rope_cos", DType::F32, {ar_, half}},
+            {"rope_sin", DType::F32, {ar_, half}},
+            {"past_key", DType::F32, {past, c.num_hidden_layers, c.num_key_value_heads, c.head_dim}},
+            {"past_value", DType::F32, {past, c.num_hidden_layers, c.num_key_value_heads, c.head_dim}},
+            {"deepstack", DType::F32, {-1, ar_, c.hidden_size}}};
+  }
+  std::vector<IoSpec> output_specs() const override {
+    const auto& c = core_.config();
+    return {{"hidden", DType::F32, {ar_, c.hidden_size}},
+            {"new_key", DType::F32, {ar_, c.num_hidden_layers, c.num_key_value_heads, c.head_dim}},
+            {"new_value", DType::F32, {ar_, c.num_hidden_layers, c.num_key_value_heads, c.head_dim}}};
+  }
+
+  void execute(std::span<const TensorRef> in, std::span<const TensorRef> out) override {
+    const auto ispecs = input_specs();
+    const auto ospecs = output_specs();
+    check_io(core_.name(), ispecs, in, "input");
+    check_io(core_.name(), ospecs, out, "output");
+    const auto& c = core_.config();
+    const std::int64_t CL = core_.ctx(), past = CL - ar_, hd = c.head_dim, half = hd / 2, H = c.hidden_size;
+    const auto [T, V] = read_mask(in[1].as<const float>());
+    const std::int64_t n_ds = in[6].shape[0];
+    if (n_ds > c.num_hidden_layers) fail("graph \"", core_.name(), "\": more deepstack inputs than layers");
+    // The valid past into the cache layout the layers use: [layers, 2, CL, kv_heads, head_dim].
+    const std::int64_t per_layer = c.num_key_value_heads * hd;
+    auto cache_row = [&](std::int64_t layer, int kv, std::int64_t pos) {
+      return kv_.data() + ((layer * 2 + kv) * CL + pos) * per_layer;
+    };
+    for (int kv = 0; kv < 2; ++kv) {
+      const float* src = in[4 + kv].as<const float>();
+      for (std::int64_t p = 0; p < V; ++p)
+        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+          std::copy_n(src + p * row_ + l * per_layer, per_layer, cache_row(l, kv, p));
+    }
+    for (std::int64_t t = 0; t < T; ++t)  // the rope tables' halves are equal (rotate_half)
+      for (std::int64_t k = 0; k < hd; ++k) {
+        cos_[static_cast<std::size_t>(t * hd + k)] = in[2].as<const float>()[t * half + k % half];
+        sin_[static_cast<std::size_t>(t * hd + k)] = in[3].as<const float>()[t * half + k % half];
+      }
+    float* hidden = out[0].as<float>();
+    std::fill_n(hidden, ar_ * H, 0.0f);
+    core_.forward(in[0].as<const float>(), T, V, cos_.data(), sin_.data(), reinterpret_cast<std::byte*>(kv_.data()),
+                  in[6].as<const float>(), n_ds, ones_.data(), hidden);
+    for (int kv = 0; kv < 2; ++kv) {
+      float* dst = out[1 + kv].as<float>();
+      std::fill_n(dst, ar_ * row_, 0.0f);
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+          std::copy_n(cache_row(l, kv, V + t), per_layer, dst + t * row_ + l * per_layer);
+    }
+    (void)past;
+  }
+
+ private:
+  // The mask's valid rows T and valid past V: rows 0..T-1 each attend past
+  // columns [0, V) and block columns [0, row]; rows T.. attend nothing.
+  std::pair<std::int64_t, std::int64_t> read_mask(const float* mask) const {
+    const std::int64_t CL = core_.ctx(), past = CL - ar_;
+    auto attends = [&](std::int64_t r, std::int64_t col) {
+      const float m = mask[r * CL + col];
+      if (m == 0.0f) return true;
+      if (m <= kMasked) return false;
+      fail("graph \"", core_.name(), "\": attention_mask[", r, "][", col, "] is ", m,
+           "; this graph takes 0 (attend) or <= ", kMasked, " (masked)");
+    };
+    std::int64_t T = 0;
+    while (T < ar_ && attends(T, past + T)) ++T;
+    if (T == 0) fail("graph \"", core_.name(), "\": attention_mask: row 0 does not attend to itself (no token to run)");
+    std::int64_t V = 0;
+    while (V < past && attends(0, V)) ++V;
+    for (std::int64_t r = 0; r < ar_; ++r)
+      for (std::int64_t col = 0; col < CL; ++col) {
+        const bool want = r < T && (col < past ? col < V : col - past <= r);
+        if (attends(r, col) != want)
+          fail("graph \"", core_.name(), "\": attention_mask[", r, "][", col, "] ", want ? "masks" : "attends",
+               "; this graph takes a sequence's mask: ", V, " past rows, then causal over ", T, " tokens, then padding");
+      }
+    return {T, V};
+  }
+
+  static constexpr float kMasked = -1000.0f;
+  DecoderCore core_;
+  std::int64_t ar_ = 0, row_ = 0;  // row_: floats of one token's keys (or values) over all layers
+  std::vector<float> kv_;          // [layers, 2, CL, kv_heads, head_dim]
+  std::vector<float> cos_, sin_;   // [AR, head_dim]
+  std::vector<std::uint8_t> ones_;
+};
 
 }  // namespace
 
 std::unique_ptr<Delegate> make_text_decoder() { return std::make_unique<TextDecoder>(); }
+std::unique_ptr<Delegate> make_text_decoder_ar() { return std::make_unique<TextDecoderAr>(); }
 
 }  // namespace qhx::qwen3vl

@@ -23,4 +23,17 @@ namespace qhx::qwen3vl {
 
 std::unique_ptr<Delegate> make_text_decoder();
 
+// Kind "qwen3vl.text_decoder_ar": the same layers under the NPU graphs' contract
+// (graph key "block" = AR tokens per call, context CL, f32):
+// inputs   inputs_embeds  f32 [AR, hidden]
+//          attention_mask f32 [AR, CL]   additive: 0 attends, <= -1000 masks; columns [0, CL-AR) are
+//                                        the past, [CL-AR, CL) the block's own tokens
+//          rope_cos/sin   f32 [AR, head_dim/2]   host-computed (M-RoPE)
+//          past_key/value f32 [CL-AR, layers, kv_heads, head_dim]   sequence-major: the rows of
+//                                        a longer cache's prefix are a valid past as they are
+//          deepstack      f32 [n, AR, hidden]    added after layers 0..n-1 (zeros at text rows)
+// outputs  hidden         f32 [AR, hidden]
+//          new_key/value  f32 [AR, layers, kv_heads, head_dim]   the block's keys and values
+std::unique_ptr<Delegate> make_text_decoder_ar();
+
 }  // namespace qhx::qwen3vl

@@ -91,6 +91,12 @@ std::byte* SessionState::buffer(const Graph& graph, const IoSpec& spec) {
   return b.get();
 }
 
+std::byte* SessionState::shared(const std::string& name, std::size_t bytes) {
+  auto& b = buffers[name];
+  if (!b) b = make_state_buffer(bytes);
+  return b.get();
+}
+
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
   if (stage.op == "load_images") return make_load_images_stage(stage, res);
   if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);

@@ -56,6 +56,7 @@ struct Graph {
   std::vector<IoSpec> inputs, outputs;
   std::vector<float> hidden;          // [T, hidden] output buffer of the language model, reused
   std::vector<std::uint8_t> no_mask;  // [T] zeros, for calls without images
+  std::vector<float> block_in, block_mask, block_cos, block_sin, block_ds, block_out, new_k, new_v;  // AR contract scratch
 
   // The spec named `name`; throws naming the graph when it has none (a plan
   // that pairs a stage with a graph of another contract fails at load).
@@ -89,6 +90,9 @@ struct SessionState {
 
   // The buffer for `graph`'s state input `spec`, allocated on first use.
   std::byte* buffer(const Graph& graph, const IoSpec& spec);
+  // A buffer of the session's own, by name, shared by the graphs that use it
+  // (the host-kept KV cache of graphs under the NPU contract).
+  std::byte* shared(const std::string& name, std::size_t bytes);
 };
 
 using Clock = std::chrono::steady_clock;

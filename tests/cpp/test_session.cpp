@@ -226,6 +226,36 @@ TEST_P(SessionTest, BadConversationsAreRefused) {
   EXPECT_EQ(s.cached_tokens(), 0);
 }
 
+// The NPU graphs' contract (a fixed block over a host-kept KV cache, host mask
+// and rope tables), run by its CPU reference kind: the same stages drive it,
+// padding the last block, and every turn equals the state graph's bit for bit.
+TEST_P(SessionTest, BlockContractGraphsEqualTheStateGraph) {
+  test::TempDir dir;
+  nlohmann::json plan = default_manifest_for_hf_dir(checkpoint(GetParam())).json;
+  plan["context_length"] = 600;
+  nlohmann::json llm = plan["graphs"]["llm"];
+  llm["kind"] = "qwen3vl.text_decoder_ar";
+  plan["graphs"]["llm_prefill"] = llm;
+  plan["graphs"]["llm_prefill"]["block"] = 7;  // prompts are not multiples of 7: the last block is padded
+  plan["graphs"]["llm_decode"] = llm;
+  plan["graphs"]["llm_decode"]["block"] = 1;
+  plan["graphs"].erase("llm");
+  for (auto& st : plan["stages"]) {
+    if (st["op"] == "prefill") st["graph"] = "llm_prefill";
+    if (st["op"] == "decode") st["graph"] = "llm_decode";
+  }
+  Pipeline block = Pipeline::open(dir.write("block.json", plan.dump()));
+  Session a(pipe_), b(block);
+  int turn = 0;
+  for (Message& m : user_turns()) {
+    ++turn;
+    const GenerationResult x = a.send(m, greedy());
+    const GenerationResult y = b.send(m, greedy());
+    expect_same(x, y, "block contract, turn " + std::to_string(turn));
+    EXPECT_EQ(x.cached_tokens, y.cached_tokens);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyConfigs, SessionTest, ::testing::Values("tiny_a", "tiny_b"));
 
 TEST(Session, ImageForATextOnlyPlanIsRefused) {

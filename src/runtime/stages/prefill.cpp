@@ -56,7 +56,8 @@ class PrefillStage final : public Stage {
     // error part-way leaves it holding exactly the chunks that ran.
     ctx.session.ids.resize(static_cast<std::size_t>(P));
     // "decode_over_prompt" feeds the prompt one token per call, as the seed's decode graph does.
-    const std::int64_t chunk = one_by_one_ ? 1 : res.manifest.prefill_chunk;
+    std::int64_t chunk = one_by_one_ ? 1 : res.manifest.prefill_chunk;
+    if (const std::int64_t block = llm_block(llm); block > 0) chunk = std::min(chunk, block);
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
     std::vector<float> logits;
@@ -74,7 +75,7 @@ class PrefillStage final : public Stage {
           std::copy_n(f.deepstack.data() + (d * f.tokens + row) * H, H, ds.data() + (d * T + i) * H);
       }
       const bool all_rows = ctx.options.keep_prompt_logits;
-      run_llm_step(llm, head, ctx.session, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
+      run_llm_step(llm, head, ctx.session, *res.family, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
                    mask.data() + (s - P), all_rows, logits);
       ctx.session.ids.insert(ctx.session.ids.end(), ctx.ids.begin() + s, ctx.ids.begin() + s + T);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
