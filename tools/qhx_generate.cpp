@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -126,6 +127,14 @@ int run(const Args& args_in) {
     if (!in) qhx::fail(a.messages, ": cannot open the messages file");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     messages = qhx::parse_messages(text, a.messages, std::filesystem::path(a.messages).parent_path());
+    // The conversation's shape is checked here, before the model loads, so errors name the file.
+    if (a.replay) {
+      if (std::none_of(messages.begin(), messages.end(), [](const qhx::Message& m) { return m.role == "user"; }))
+        qhx::fail(a.messages, ": no user message to answer (--replay answers each user turn)");
+    } else if (messages.back().role != "user") {
+      qhx::fail(a.messages, ": [", messages.size() - 1, "]: the conversation must end with a user message (the last one is \"",
+                messages.back().role, "\"); --replay answers every user turn of a whole conversation");
+    }
   } else if (a.replay) {
     qhx::fail("--replay needs --messages");
   }

@@ -106,7 +106,7 @@ BAD_CONVERSATIONS = {
     "image_without_path": ([user({"type": "image"}, text("what?"))], ["[0].content[0].path", "missing"]),
     "image_empty_path": ([user(image(""), text("what?"))], ["[0].content[0].path"]),
     "ends_with_assistant": ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
-                            ["must end with a user message", '"assistant"']),
+                            ["[1]", "must end with a user message", '"assistant"']),
 }
 
 
@@ -132,9 +132,18 @@ def test_missing_image_in_turn_3_names_the_file(checkpoint, images_dir, tmp_path
             user(image("no_such_photo.png"), text("And in this one?"))]
     path = write(tmp_path, "conv.json", conv)
     missing = str(tmp_path / "no_such_photo.png")  # relative paths resolve against the file's folder
-    fails(generate(["-m", str(checkpoint), "--messages", str(path), *GREEDY]), missing)
+    where = f"{path}: [4].content[0]"
+    fails(generate(["-m", str(checkpoint), "--messages", str(path), *GREEDY]), missing, where, "cannot open")
     # through one session: turns 1 and 2 are answered, then turn 3 fails the same way
-    fails(generate(["-m", str(checkpoint), "--messages", str(path), "--replay", *GREEDY]), missing)
+    proc = generate(["-m", str(checkpoint), "--messages", str(path), "--replay", *GREEDY])
+    fails(proc, missing, where, "cannot open")
+
+
+def test_replay_without_a_user_turn(checkpoint, tmp_path):
+    conv = write(tmp_path, "conv.json", [{"role": "system", "content": "Be brief."},
+                                         {"role": "assistant", "content": "Hello."}])
+    fails(generate(["-m", str(checkpoint), "--messages", str(conv), "--replay", *GREEDY]), str(conv),
+          "no user message")
 
 
 def test_messages_with_prompt_flags(checkpoint, images_dir, tmp_path):

@@ -197,10 +197,15 @@ def test_stop_string_ends_the_answer_before_it(references, config, tmp_path_fact
     first = results[0]  # the first run's answer to turn 1
     text = first["text"]
     assert len(text) >= 8, f"{config}: answer {text!r} too short to cut"
-    # a stop string from inside the answer (not at its start): the answer must end right before
-    # its first occurrence, and generation stop at the token that completes it
-    stop = text[len(text) // 2: len(text) // 2 + 3]
+    # a stop string from inside the answer that spans two tokens' text (the boundary after the
+    # middle token, as the HF tokenizer decodes them): the answer must end right before its
+    # first occurrence, and generation stop at the token that completes it
+    tokens = first["tokens"]
+    boundary = len(hf_tokenizer.decode(tokens[:len(tokens) // 2], skip_special_tokens=True))
+    assert hf_tokenizer.decode(tokens, skip_special_tokens=True) == text
+    stop = text[boundary - 2: boundary + 2]
     at = text.find(stop)
+    assert at > 0, f"{config}: stop {stop!r} at {at} in {text!r}: choose another"
     want_text = text[:at]
     want_tokens = first["tokens"][:first_containing(hf_tokenizer, first["tokens"], stop)]
     proc = generate(["-m", str(root / "checkpoint"), "--messages", str(root / meta["turns"][0]["messages_file"]),
