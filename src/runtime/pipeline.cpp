@@ -205,21 +205,19 @@ std::optional<std::filesystem::path> bundle_manifest(const std::filesystem::path
 
 }  // namespace
 
+Manifest resolve_manifest(const std::filesystem::path& path, bool want_images) {
+  if (!std::filesystem::is_directory(path)) return load_manifest(path);
+  if (const auto manifest = bundle_manifest(path, want_images)) return load_manifest(*manifest);
+  if (!std::filesystem::exists(path / "config.json"))
+    fail(path.string(), ": not a manifest, a bundle folder or a Hugging Face checkpoint directory (no config.json)");
+  return default_manifest_for_hf_dir(path);
+}
+
 Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions& options, bool want_images) {
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
   Resources& res = impl->res;
-  if (std::filesystem::is_directory(path)) {
-    if (const auto manifest = bundle_manifest(path, want_images)) {
-      res.manifest = load_manifest(*manifest);
-    } else {
-      if (!std::filesystem::exists(path / "config.json"))
-        fail(path.string(), ": not a manifest, a bundle folder or a Hugging Face checkpoint directory (no config.json)");
-      res.manifest = default_manifest_for_hf_dir(path);
-    }
-  } else {
-    res.manifest = load_manifest(path);
-  }
+  res.manifest = resolve_manifest(path, want_images);
   const Manifest& m = res.manifest;
   res.config = in_manifest(m, "config", [&] { return load_qwen3vl_config(m.dir / m.config); });
   res.tokenizer.emplace(in_manifest(m, "tokenizer", [&] { return Tokenizer::load(m.dir / m.tokenizer); }));

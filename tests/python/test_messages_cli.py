@@ -206,6 +206,16 @@ def test_bundle_folder_picks_the_manifest_by_images(bundle, images_dir, tmp_path
         assert (r["timings"]["image_tokens"] > 0) == (n == 5), what
 
 
+def test_print_plan_of_a_bundle_folder_is_the_manifest_that_runs(bundle, images_dir):
+    d = str(bundle["dir"])
+    for args, kind in ((["-i", str(images_dir / "img256x320.png")], "vlm"), ([], "text")):
+        proc = generate(["-m", d, "--print-plan", *args])
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        plan = json.loads(proc.stdout)
+        assert plan["max_new_tokens"] == {"vlm": 5, "text": 3}[kind], f"{args}: not the {kind} manifest"
+        assert any(s["op"] == "load_images" for s in plan["stages"]) == (kind == "vlm"), args
+
+
 def test_threads_above_the_cores_warn_and_still_work(bundle):
     cores = os.cpu_count() or 1
     asked = max(64, 2 * cores)

@@ -141,6 +141,10 @@ def test_replay_matches_transformers(references, config, tmp_path_factory):
               f"{n_images} images in the conversation, {r['timings']['images_encoded']} encoded")
     # turn 1 encodes its image; turn 2 adds none (turn 1's is in the kept prefix); turn 3 adds one
     assert [r["timings"]["images_encoded"] for r in results] == [1, 0, 1]
+    assert [r["timings"]["image_cache_hits"] for r in results] == [0, 0, 0]
+    # the image cache's counters after each turn: one miss per new image, never a lookup for an
+    # image whose tokens are in the reused prefix
+    assert [(r["image_cache"]["misses"], r["image_cache"]["entries"]) for r in results] == [(1, 1), (1, 1), (2, 2)]
 
 
 def fresh_messages(meta: dict, results: list[dict], k: int, images_dir: Path) -> list[dict]:
