@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -110,10 +111,6 @@ int run(const Args& args_in) {
     if (!warning.empty()) std::fprintf(stderr, "qhx_generate: warning: %s\n", warning.c_str());
   }
 
-  if (a.print_plan) {
-    std::cout << qhx::Pipeline::plan(a.model, !a.images.empty() || !a.messages.empty()) << std::endl;
-    return 0;
-  }
   std::vector<qhx::Message> messages;
   if (!a.messages.empty()) {
     if (!a.prompt.empty() || !a.system.empty() || !a.images.empty() || a.raw)
@@ -122,12 +119,24 @@ int run(const Args& args_in) {
     if (!in) qhx::fail(a.messages, ": cannot open the messages file");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     messages = qhx::parse_messages(text, a.messages, std::filesystem::path(a.messages).parent_path());
+    // The conversation's shape is checked here, before the model loads, so errors name the file.
+    if (a.replay) {
+      if (std::none_of(messages.begin(), messages.end(), [](const qhx::Message& m) { return m.role == "user"; }))
+        qhx::fail(a.messages, ": no user message to answer (--replay answers each user turn)");
+    } else if (messages.back().role != "user") {
+      qhx::fail(a.messages, ": [", messages.size() - 1, "]: the conversation must end with a user message (the last one is \"",
+                messages.back().role, "\"); --replay answers every user turn of a whole conversation");
+    }
   } else if (a.replay) {
     qhx::fail("--replay needs --messages");
   }
   bool has_images = !a.images.empty();
   for (const auto& m : messages)
     for (const auto& part : m.content) has_images |= part.kind == qhx::ContentPart::Kind::Image;
+  if (a.print_plan) {  // the plan open() would pick: for a bundle folder, by whether there are images
+    std::cout << qhx::Pipeline::plan(a.model, has_images) << std::endl;
+    return 0;
+  }
   qhx::PipelineOptions popts;
   popts.image_cache_mb = a.image_cache_mb;
   qhx::Pipeline pipe = qhx::Pipeline::open(a.model, popts, has_images);
@@ -155,6 +164,7 @@ int run(const Args& args_in) {
   // file in order through one session (the file's assistant turns are
   // replaced by the answers); otherwise only the last one is answered.
   std::vector<qhx::GenerationResult> results;
+  std::vector<qhx::ImageCacheStats> cache_after;  // the image cache's counters after each turn
   if (messages.empty()) {
     qhx::GenerationRequest req;
     req.prompt = a.prompt;
@@ -170,10 +180,12 @@ int run(const Args& args_in) {
     req.keep_prompt_logits = opts.keep_prompt_logits;
     req.on_text = [&](std::string_view text) { opts.on_text(text); };
     results.push_back(pipe.generate(req));
+    cache_after.push_back(pipe.image_cache_stats());
   } else {
     qhx::Session session(pipe);
     if (!a.replay) {
       results.push_back(session.respond(messages, opts));
+      cache_after.push_back(pipe.image_cache_stats());
     } else {
       std::vector<qhx::Message> history;
       for (auto& m : messages) {
@@ -185,6 +197,7 @@ int run(const Args& args_in) {
         history.push_back(std::move(m));
         if (!results.empty()) std::fputc('\n', stdout);
         results.push_back(session.respond(history, opts));
+        cache_after.push_back(pipe.image_cache_stats());
         history = session.messages();
       }
     }
@@ -226,8 +239,9 @@ int run(const Args& args_in) {
   if (!a.dump_dir.empty()) dumps.write(a.dump_dir);
 
   if (a.json) {
-    const auto cache = pipe.image_cache_stats();
-    for (const auto& r : results) {
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      const auto& cache = cache_after[i];
       const auto& t = r.timings;
       const nlohmann::json j = {
           {"tokens", r.tokens},
@@ -288,7 +302,8 @@ int main(int argc, char** argv) {
   app.add_option("--force-tokens", a.force_tokens,
                  "teacher forcing: take these token ids (comma-separated) instead of sampling")
       ->delimiter(',');
-  app.add_flag("--print-plan", a.print_plan, "print the manifest that would run (for a checkpoint directory: the default plan) and exit");
+  app.add_flag("--print-plan", a.print_plan, "print the manifest that would run (for a checkpoint directory: the default plan; for a bundle folder: "
+               "its image or text manifest, by whether there are images) and exit");
   app.add_option("--dump-dir", a.dump_dir, "write every named intermediate (e.g. hidden.layer0) to DIR/NAME.npy");
   app.add_option("args", a.positional, "the seed's form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]");
   CLI11_PARSE(app, argc, argv);

@@ -85,4 +85,9 @@ nlohmann::json qwen3vl_text_stages(const std::string& prefill_mode = "chunked");
 // from its safetensors, tokenizer.json beside it.
 Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir);
 
+// The plan Pipeline::open(path, ..., want_images) runs: a manifest file, a
+// bundle folder's manifest (the image one when `want_images`, else the text
+// one), or a checkpoint directory's default plan.
+Manifest resolve_manifest(const std::filesystem::path& path, bool want_images);
+
 }  // namespace qhx

@@ -72,7 +72,9 @@ ContentPart parse_part(const nlohmann::json& j, const std::string& where, const 
       fail(where, ".path: missing or not a string (an image part names its file)");
     std::filesystem::path p = path->get<std::string>();
     if (p.is_relative()) p = base / p;
-    return ContentPart::image_part(ImageSource::file(p));
+    ImageSource image = ImageSource::file(p);
+    image.label = cat(p.string(), " (", where, ")");  // errors about the image say where it is in the conversation
+    return ContentPart::image_part(std::move(image));
   }
   fail(where, ".type: \"", type->get<std::string>(), "\" is not a supported part (\"text\" or \"image\")");
 }

@@ -209,6 +209,8 @@ std::optional<std::filesystem::path> bundle_manifest(const std::filesystem::path
   return first.front();
 }
 
+}  // namespace
+
 Manifest resolve_manifest(const std::filesystem::path& path, bool want_images) {
   if (!std::filesystem::is_directory(path)) return load_manifest(path);
   if (const auto manifest = bundle_manifest(path, want_images)) return load_manifest(*manifest);
@@ -216,8 +218,6 @@ Manifest resolve_manifest(const std::filesystem::path& path, bool want_images) {
     fail(path.string(), ": not a manifest, a bundle folder or a Hugging Face checkpoint directory (no config.json)");
   return default_manifest_for_hf_dir(path);
 }
-
-}  // namespace
 
 std::string Pipeline::plan(const std::filesystem::path& path, bool want_images) {
   return resolve_manifest(path, want_images).json.dump(2);

@@ -12,8 +12,11 @@ Layout (DIR defaults to $QHX_CACHE, itself defaulting to ~/.cache/qhexrt):
                                           video_preprocessor_config.json, qhx_stamp.json
     DIR/reference/<name>/text_<case>.safetensors / text_<case>.json
     DIR/reference/<name>/image_<case>.safetensors / image_<case>.json
+    DIR/reference/<name>/session_<case>.safetensors / session_<case>.json /
+                          session_<case>.turn<k>.messages.json / session_<case>.replay.messages.json
     DIR/reference/<name>/manifest.json    written last; its "hash" marks the text set complete,
-                                          its "image_hash" the image set
+                                          its "image_hash" the image set, its "session_hash"
+                                          the session (multi-turn) set
     DIR/reference/images/                 img512.png, img256x320.png, img300x200.png,
                                           qhx_stamp.json (test_images.py; shared by all configs)
 
@@ -21,7 +24,9 @@ Every step is skipped when its stamp hash matches (config, script versions, chat
 template, tokenizer sha256, package versions; for images also the test images' hash); a
 cached run imports neither torch nor transformers. Builders take a per-config file lock (and
 the images their own lock), so concurrent runs do not race. The text and image references
-have separate hashes: editing the image scripts never rebuilds the text references.
+have separate hashes: editing the image scripts never rebuilds the text references. The
+session references (make_session_reference.py) have their own hash too; they need the test
+images, so --no-images skips them as well.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import make_checkpoint  # noqa: E402
 import make_image_reference  # noqa: E402
+import make_session_reference  # noqa: E402
 import make_text_reference  # noqa: E402
 import test_images  # noqa: E402
 import tiny_configs  # noqa: E402
@@ -62,9 +68,9 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
 def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, force: bool = False,
                      log=print, images: bool = True) -> dict[str, Any]:
     """Builds what is missing or stale for config `name`; returns its manifest (plus
-    "built_checkpoint"/"built_text"/"built_images"/"built_image_refs" flags and "seconds").
-    With images=False the image references are neither built nor checked (a manifest that
-    already lists them keeps them)."""
+    "built_checkpoint"/"built_text"/"built_images"/"built_image_refs"/"built_session_refs"
+    flags and "seconds"). With images=False the image and session references are neither
+    built nor checked (a manifest that already lists them keeps them)."""
     t0 = time.perf_counter()
     root = reference_dir(name, cache)
     ckpt_dir = root / "checkpoint"
@@ -81,7 +87,8 @@ def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, for
         built_text = False
         if force or ck["built"] or man is None or man.get("hash") != want or not files_ok:
             # image keys survive a text-only rebuild; _ensure_image_refs re-validates them
-            old_images = {k: man[k] for k in IMAGE_MANIFEST_KEYS if man and k in man}
+            old_images = {k: man[k] for k in (*IMAGE_MANIFEST_KEYS, *SESSION_MANIFEST_KEYS)
+                          if man and k in man}
             man_path.unlink(missing_ok=True)
             results = make_text_reference.make_text_reference(ckpt_dir, root, cases, log=log)
             man = {
@@ -108,13 +115,15 @@ def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, for
             }
             write_json(man_path, man)
             built_text = True
-        built_image_refs = False
+        built_image_refs = built_session_refs = False
         if imgs is not None:
             man, built_image_refs = _ensure_image_refs(name, root, ck, imgs, man, man_path,
                                                        force, log)
+            man, built_session_refs = _ensure_session_refs(name, root, ck, imgs, man, man_path,
+                                                           force, log)
     return {**man, "built_checkpoint": ck["built"], "built_text": built_text,
             "built_images": bool(imgs and imgs["built"]), "built_image_refs": built_image_refs,
-            "seconds": time.perf_counter() - t0}
+            "built_session_refs": built_session_refs, "seconds": time.perf_counter() - t0}
 
 
 def _image_hash(ck: dict[str, Any], imgs: dict[str, Any]) -> str:
@@ -172,6 +181,60 @@ def _ensure_image_refs(name: str, root: Path, ck: dict[str, Any], imgs: dict[str
 
 
 IMAGE_MANIFEST_KEYS = ("image_hash", "image_script_version", "images", "image_cases")
+SESSION_MANIFEST_KEYS = ("session_hash", "session_script_version", "session_cases")
+
+
+def _session_hash(ck: dict[str, Any], imgs: dict[str, Any]) -> str:
+    return sha256_json({"checkpoint": ck["hash"], "images": imgs["hash"],
+                        "pixels": {k: v["pixels_sha256"] for k, v in imgs["files"].items()},
+                        "session": make_session_reference.reference_hash_inputs()})
+
+
+def _session_files(case: str) -> list[str]:
+    n = len(make_session_reference.CASES[case])
+    return [f"session_{case}.safetensors", f"session_{case}.json",
+            f"session_{case}.replay.messages.json",
+            *[f"session_{case}.turn{k}.messages.json" for k in range(n)]]
+
+
+def _ensure_session_refs(name: str, root: Path, ck: dict[str, Any], imgs: dict[str, Any],
+                         man: dict[str, Any], man_path: Path, force: bool,
+                         log) -> tuple[dict[str, Any], bool]:
+    """Multi-turn references for config `name` (caller holds the config lock), by the same
+    rule as the image references: the session keys leave the manifest before a rebuild and
+    come back last, so an interrupted build is redone."""
+    want = _session_hash(ck, imgs)
+    cases = list(make_session_reference.CASES)
+    files_ok = all((root / f).is_file() for c in cases for f in _session_files(c))
+    if not force and man.get("session_hash") == want and files_ok:
+        return man, False
+    man = {k: v for k, v in man.items() if k not in SESSION_MANIFEST_KEYS}
+    write_json(man_path, man)
+    with test_images.reading(Path(imgs["dir"]).parent.parent):
+        now = read_stamp(Path(imgs["dir"]))
+        if now is None or now.get("hash") != imgs["hash"]:
+            raise RuntimeError(f"{imgs['dir']} changed while building {name}; run again")
+        results = make_session_reference.make_session_reference(root / "checkpoint", root,
+                                                                imgs["dir"], cases, log=log)
+    man = {
+        **man,
+        "session_hash": want,
+        "session_script_version": make_session_reference.SCRIPT_VERSION,
+        "session_cases": {
+            c: {
+                "files": _session_files(c),
+                "num_turns": r["num_turns"],
+                "num_prompt_tokens": [t["num_prompt_tokens"] for t in r["turns"]],
+                "num_generated": [t["num_generated"] for t in r["turns"]],
+                "min_top2_margin": min(t["min_top2_margin"] for t in r["turns"]),
+                "step_vs_teacher_forced_max_abs": max(t["step_vs_teacher_forced_max_abs"]
+                                                      for t in r["turns"]),
+            }
+            for c, r in results.items()
+        },
+    }
+    write_json(man_path, man)
+    return man, True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_images:
             what.append("built image references" if man["built_image_refs"]
                         else "image references cached")
+            what.append("built session references" if man["built_session_refs"]
+                        else "session references cached")
         print(f"[{n}] {', '.join(what)} ({man['seconds']:.1f} s) -> {reference_dir(n, args.cache)}")
         for c, info in man["cases"].items():
             print(f"    {c:<13} L={info['num_prompt_tokens']:<4} N={info['num_generated']:<3}"
@@ -203,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         for c, info in ({} if args.no_images else man.get("image_cases", {})).items():
             print(f"    image_{c:<17} patches={info['num_patches']:<5} L={info['num_prompt_tokens']:<4}"
                   f" N={info['num_generated']:<3} min top2 margin {info['min_top2_margin']:.4g}")
+        for c, info in ({} if args.no_images else man.get("session_cases", {})).items():
+            print(f"    session_{c:<15} L={info['num_prompt_tokens']} N={info['num_generated']}"
+                  f" min top2 margin {info['min_top2_margin']:.4g}")
     print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 

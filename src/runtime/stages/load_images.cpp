@@ -5,6 +5,8 @@
 // pipeline has seen before (same encoded bytes, same resize settings) is not
 // decoded: the memo gives its pixel hash and size, which is all the prompt
 // needs; its pixels are decoded later only if its features must be computed.
+#include <optional>
+
 #include "common/mapped_file.hpp"
 #include "image/image.hpp"
 #include "qhexrt/error.hpp"
@@ -24,7 +26,14 @@ template <typename Fn>
 void with_encoded(const ImageSource& src, Fn&& fn) {
   if (!src.bytes.empty()) return fn(std::span<const std::uint8_t>(src.bytes));
   if (src.path.empty()) fail(src.name(), ": an image with neither a file nor bytes");
-  const MappedFile file(src.path);
+  std::optional<MappedFile> mapped;
+  try {
+    mapped.emplace(src.path);
+  } catch (const Error& e) {
+    if (src.label.empty()) throw;
+    fail("image ", src.name(), ": ", e.what());  // the label says where the image is (e.g. which message)
+  }
+  const MappedFile& file = *mapped;
   fn(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(file.data()), file.size()));
 }
 
