@@ -8,9 +8,21 @@
 namespace qhx::chat::jinja {
 namespace {
 
-std::int64_t checked(bool overflow, std::int64_t r, std::string_view op) {
-  if (overflow) fault("integer overflow in '", op, "'");
+// `f` is one of the __builtin_*_overflow functions.
+template <typename F>
+std::int64_t checked(F f, std::int64_t a, std::int64_t b, std::string_view op) {
+  std::int64_t r = 0;
+  if (f(a, b, &r)) fault("integer overflow in '", op, "'");
   return r;
+}
+std::int64_t add(std::int64_t a, std::int64_t b, std::string_view op) {
+  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_add_overflow(x, y, r); }, a, b, op);
+}
+std::int64_t sub(std::int64_t a, std::int64_t b, std::string_view op) {
+  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_sub_overflow(x, y, r); }, a, b, op);
+}
+std::int64_t mul(std::int64_t a, std::int64_t b, std::string_view op) {
+  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_mul_overflow(x, y, r); }, a, b, op);
 }
 
 Value repeat(const Value& seq, std::int64_t n) {
@@ -36,7 +48,7 @@ double float_mod(double a, double b) {
 Value negate(const Value& v) {
   if (v.is_undefined()) v.fail_undefined();
   if (!v.is_number()) fault("bad operand type for unary -: '", type_name(v), "'");
-  if (v.is_int()) return Value::of(checked(v.as_int() == std::numeric_limits<std::int64_t>::min(), -v.as_int(), "-"));
+  if (v.is_int()) return Value::of(sub(0, v.as_int(), "-"));
   return Value::of(-v.as_double());
 }
 
@@ -45,9 +57,8 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (b.is_undefined()) b.fail_undefined();
   const bool nums = a.is_number() && b.is_number();
   const bool ints = nums && a.is_int() && b.is_int();
-  std::int64_t r = 0;
   if (op == "+") {
-    if (ints) return Value::of(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r, op));
+    if (ints) return Value::of(add(a.as_int(), b.as_int(), op));
     if (nums) return Value::of(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) return Value::of(a.str_ref() + b.str_ref());
     if (a.is_list() && b.is_list()) {
@@ -56,10 +67,10 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       return Value::of(std::move(out));
     }
   } else if (op == "-") {
-    if (ints) return Value::of(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r, op));
+    if (ints) return Value::of(sub(a.as_int(), b.as_int(), op));
     if (nums) return Value::of(a.as_double() - b.as_double());
   } else if (op == "*") {
-    if (ints) return Value::of(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r, op));
+    if (ints) return Value::of(mul(a.as_int(), b.as_int(), op));
     if (nums) return Value::of(a.as_double() * b.as_double());
     if ((a.is_string() || a.is_list()) && b.is_int()) return repeat(a, b.as_int());
     if (a.is_int() && (b.is_string() || b.is_list())) return repeat(b, a.as_int());
@@ -89,9 +100,9 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if (ints && b.as_int() >= 0) {
       std::int64_t base = a.as_int(), e = b.as_int(), acc = 1;
       while (e > 0) {
-        if (e & 1) acc = checked(__builtin_mul_overflow(acc, base, &acc), acc, op);
+        if (e & 1) acc = mul(acc, base, op);
         e >>= 1;
-        if (e > 0) base = checked(__builtin_mul_overflow(base, base, &base), base, op);
+        if (e > 0) base = mul(base, base, op);
       }
       return Value::of(acc);
     }

@@ -171,7 +171,7 @@ class Parser {
       n.conditions.push_back(parse_tuple(false, false));
       expect_block_end();
       std::string end;
-      n.bodies.push_back(parse_body({"elif", "else", "endif"}, end));
+      n.bodies.push_back(parse_body({"endif", "elif", "else"}, end));
       if (end == "elif") continue;
       if (end == "else") {
         expect_block_end();
@@ -589,7 +589,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr node) {
-    auto e = make(Expr::Kind::Call, cur().loc);
+    auto e = make(Expr::Kind::Call, node->loc);  // errors point at what is called
     e->args.push_back(std::move(node));
     parse_call_args(*e);
     return e;
