@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "chat/py_string.hpp"
-#include "common/utf8.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::chat::jinja {
@@ -36,7 +35,7 @@ class Lexer {
   Lexer(std::string_view src, std::string_view name) : src_(normalize_newlines(src)), name_(name) {
     for (std::size_t i = 0; i < src_.size(); ++i)
       if (src_[i] == '\n') line_starts_.push_back(i + 1);
-    if (utf8::first_invalid(src_) != src_.size()) fail_at(utf8::first_invalid(src_), "invalid UTF-8");
+    if (py::first_invalid(src_) != src_.size()) fail_at(py::first_invalid(src_), "invalid UTF-8");
   }
 
   std::vector<Token> run() {
@@ -113,7 +112,7 @@ class Lexer {
   std::size_t skip_space(std::size_t i) const {
     while (i < src_.size()) {
       std::size_t n = 0;
-      if (!py::is_space(utf8::decode(src_, i, n))) break;
+      if (!py::is_space(py::decode_at(src_, i, n)) || n == 0) break;
       i += n;
     }
     return i;
@@ -220,7 +219,7 @@ class Lexer {
       }
       pos_ += n;
       if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) fail_at(at, "escape is not a Unicode scalar value");
-      utf8::append(out, static_cast<char32_t>(v));
+      py::append(out, static_cast<char32_t>(v));
     };
     while (true) {
       if (pos_ >= src_.size()) fail_at(at, "unterminated string literal");
@@ -252,7 +251,7 @@ class Lexer {
             unsigned v = static_cast<unsigned>(e - '0');
             for (int k = 0; k < 2 && pos_ < src_.size() && src_[pos_] >= '0' && src_[pos_] <= '7'; ++k)
               v = v * 8 + static_cast<unsigned>(src_[pos_++] - '0');
-            utf8::append(out, static_cast<char32_t>(v));
+            py::append(out, static_cast<char32_t>(v));
           } else {
             // Python keeps an unknown escape as written.
             out += '\\';

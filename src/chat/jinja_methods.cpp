@@ -1,7 +1,9 @@
 // Attribute and item lookup, the Python methods templates call on strings and
 // dicts, and the environment's globals. Lists and dicts are immutable, as in
 // transformers' ImmutableSandboxedEnvironment.
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <ctime>
 
 #include "chat/jinja_builtins.hpp"
@@ -212,8 +214,10 @@ Value get_item(const Value& obj, const Value& key) {
 Value get_path(const Value& v, const std::string& path) {
   Value cur = v;
   for (const std::string& part : py::split(path, std::string("."), -1)) {
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = get_item(cur, digits ? Value::of(std::stoll(part)) : Value::of(part));
+    std::int64_t index = 0;
+    const auto res = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool digits = !part.empty() && part[0] != '-' && res.ec == std::errc() && res.ptr == part.data() + part.size();
+    cur = get_item(cur, digits ? Value::of(index) : Value::of(part));
   }
   return cur;
 }

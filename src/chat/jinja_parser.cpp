@@ -33,6 +33,10 @@ ExprPtr make(Expr::Kind kind, Loc loc) {
   return e;
 }
 
+// Nesting deeper than this is refused rather than overflowing the stack (in
+// parsing here, and in rendering, whose recursion follows the tree).
+constexpr int kMaxNesting = 128;
+
 class Parser {
  public:
   Parser(std::vector<Token> tokens, std::string_view name) : toks_(std::move(tokens)), name_(name) {}
@@ -129,6 +133,7 @@ class Parser {
   }
 
   Node parse_statement() {
+    const Nest nest(*this);
     const Token& t = cur();
     const std::string tag = t.text;
     Node n = node(Node::Kind::Text, t.loc);
@@ -295,6 +300,7 @@ class Parser {
   ExprPtr parse_expression(bool with_cond) { return with_cond ? parse_condexpr() : parse_or(); }
 
   ExprPtr parse_condexpr() {
+    const Nest nest(*this);
     ExprPtr expr = parse_or();
     while (is_name("if")) {
       const Loc loc = next().loc;
@@ -339,6 +345,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Nest nest(*this);
     if (!is_name("not")) return parse_compare();
     const Loc loc = next().loc;
     auto e = make(Expr::Kind::Unary, loc);
@@ -410,6 +417,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       const Token& op = next();
@@ -540,9 +548,13 @@ class Parser {
         return e;
       }
       if (attr.kind == Tok::Integer) {
+        const std::string digits = without_underscores(attr.text);
+        std::int64_t index = 0;
+        const auto res = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+        if (res.ec != std::errc() || res.ptr != digits.data() + digits.size()) syntax(attr, "bad index after '.'");
         auto e = make(Expr::Kind::Item, t.loc);
         e->args.push_back(std::move(node));
-        e->args.push_back(literal(std::stoll(without_underscores(attr.text)), attr.loc));
+        e->args.push_back(literal(index, attr.loc));
         return e;
       }
       syntax(attr, "expected a name after '.', got " + describe(attr));
@@ -640,10 +652,25 @@ class Parser {
     return n;
   }
 
+  // Counts one level of nesting while alive.
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) p_.syntax(p_.cur(), "nested too deeply");
+    }
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
   std::vector<Token> toks_;
   std::string_view name_;
   std::size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

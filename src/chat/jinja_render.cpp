@@ -18,7 +18,7 @@ namespace {
 using Frame = std::vector<std::pair<std::string, Value>>;
 enum class Flow { Normal, Break, Continue };
 
-constexpr int kMaxMacroDepth = 256;
+constexpr int kMaxMacroDepth = 64;  // far beyond what chat templates need, well within the stack
 
 class Renderer {
  public:
@@ -242,8 +242,12 @@ class Renderer {
     if (callee.kind == Expr::Kind::Attr) {
       const Value obj = eval(*callee.args[0]);
       fn = get_attr(obj, callee.name);
-      if (fn.is_undefined() && (obj.is_string() || obj.is_list() || obj.is_dict()))
-        fault("unsupported Jinja construct '", type_name(obj), ".", callee.name, "' (an unknown method)");
+      if (fn.is_undefined() && (obj.is_string() || obj.is_list() || obj.is_dict())) {
+        // `loop` is held as a dict, but its methods (cycle, changed) are the loop's.
+        const Expr& base = *callee.args[0];
+        const bool is_loop = base.kind == Expr::Kind::Name && base.name == "loop";
+        fault("unsupported Jinja construct '", is_loop ? "loop" : type_name(obj), ".", callee.name, "' (an unknown method)");
+      }
     } else {
       fn = eval(callee);
     }

@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "chat/py_string.hpp"
-#include "common/utf8.hpp"
 
 namespace qhx::chat::jinja {
 
@@ -238,7 +237,8 @@ void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
     std::size_t n = 1;
-    const char32_t c = utf8::decode(s, i, n);
+    const char32_t c = py::decode_at(s, i, n);
+    if (n == 0) fault("invalid UTF-8 in a string at byte ", i);
     char buf[16];
     switch (c) {
       case U'"': out += "\\\""; break;

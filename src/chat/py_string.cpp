@@ -7,19 +7,75 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/utf8.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::chat::py {
+
+char32_t decode_at(std::string_view s, std::size_t i, std::size_t& len) {
+  auto byte = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(s[i + k])); };
+  len = 0;
+  const unsigned lead = byte(0);
+  if (lead < 0x80) {
+    len = 1;
+    return lead;
+  }
+  std::size_t n = 0;
+  char32_t cp = 0, min = 0;
+  if ((lead & 0xE0) == 0xC0) {
+    n = 2, cp = lead & 0x1F, min = 0x80;
+  } else if ((lead & 0xF0) == 0xE0) {
+    n = 3, cp = lead & 0x0F, min = 0x800;
+  } else if ((lead & 0xF8) == 0xF0) {
+    n = 4, cp = lead & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  len = n;
+  return cp;
+}
+
+std::size_t first_invalid(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t n = 0;
+    decode_at(s, i, n);
+    if (n == 0) return i;
+    i += n;
+  }
+  return s.size();
+}
+
+void append(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
 
 std::u32string decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
-    const std::size_t n = utf8::valid_sequence_length(s, i);
+    std::size_t n = 0;
+    const char32_t c = decode_at(s, i, n);
     if (n == 0) qhx::fail("invalid UTF-8 at byte ", i);
-    std::size_t len = 0;
-    out.push_back(utf8::decode(s, i, len));
+    out.push_back(c);
     i += n;
   }
   return out;
@@ -28,7 +84,7 @@ std::u32string decode(std::string_view s) {
 std::string encode(std::u32string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t c : s) utf8::append(out, c);
+  for (char32_t c : s) append(out, c);
   return out;
 }
 
@@ -145,7 +201,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
     const std::u32string u = decode(s);
     for (char32_t c : u) {
       if (count < 0 || done < count) { out += with; ++done; }
-      utf8::append(out, c);
+      append(out, c);
     }
     if (count < 0 || done < count) out += with;
     return out;
@@ -284,7 +340,7 @@ std::string str_repr(std::string_view s) {
     char buf[16];
     if (c == static_cast<char32_t>(quote) || c == U'\\') {
       out += '\\';
-      utf8::append(out, c);
+      append(out, c);
     } else if (c == U'\n') {
       out += "\\n";
     } else if (c == U'\r') {
@@ -295,7 +351,7 @@ std::string str_repr(std::string_view s) {
       std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
       out += buf;
     } else {
-      utf8::append(out, c);
+      append(out, c);
     }
   }
   out += quote;

@@ -10,7 +10,13 @@
 
 namespace qhx::chat::py {
 
-std::u32string decode(std::string_view s);
+// The code point at s[i], setting `len` to its byte length; len = 0 when the
+// bytes there are not well-formed UTF-8 (overlong, surrogate, truncated...).
+char32_t decode_at(std::string_view s, std::size_t i, std::size_t& len);
+std::size_t first_invalid(std::string_view s);  // s.size() when all of s is well-formed
+void append(std::string& out, char32_t c);      // c as UTF-8
+
+std::u32string decode(std::string_view s);  // throws qhx::Error on ill-formed UTF-8
 std::string encode(std::u32string_view s);
 std::size_t length(std::string_view s);  // in code points
 

@@ -307,6 +307,8 @@ TEST(JinjaErrors, UnknownFiltersAndTestsAreRefusedAtParseTime) {
 TEST(JinjaErrors, UnknownMethodsAreRefusedAtRenderTime) {
   EXPECT_EQ(error_of("{{ 'a'.isdigit() }}"), "t:1:7: unsupported Jinja construct 'str.isdigit' (an unknown method)");
   EXPECT_EQ(error_of("{{ d.copy() }}", R"({"d": {}})"), "t:1:5: unsupported Jinja construct 'dict.copy' (an unknown method)");
+  EXPECT_EQ(error_of("{% for x in [1] %}{{ loop.cycle('a', 'b') }}{% endfor %}"),
+            "t:1:26: unsupported Jinja construct 'loop.cycle' (an unknown method)");
   // Without a call, a missing attribute is just undefined, as in Jinja.
   EXPECT_EQ(render("[{{ 'a'.isdigit }}]"), "[]");
 }
@@ -325,6 +327,16 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
   EXPECT_NE(parse_error_of("{% macro m(a=1, b) %}{% endmacro %}").find("t:1:18: syntax error: non-default argument"),
             std::string::npos);
   EXPECT_NE(parse_error_of("{{ f(a=1, 2) }}").find("t:1:11: syntax error: positional argument follows keyword"),
+            std::string::npos);
+}
+
+TEST(JinjaErrors, DeepNestingAndRecursionAreErrorsNotCrashes) {
+  EXPECT_NE(parse_error_of("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}").find("syntax error: nested too deeply"),
+            std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(parse_error_of(ifs).find("syntax error: nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("macro 'f': recursion deeper than"),
             std::string::npos);
 }
 
