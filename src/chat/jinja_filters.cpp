@@ -19,11 +19,11 @@ constexpr std::array<std::string_view, 30> kFilters = {
     "list",   "items",  "reverse",   "tojson",     "safe",  "indent",     "unique",     "map",
     "select", "reject", "selectattr", "rejectattr", "abs",  "round"};
 
-constexpr std::array<std::string_view, 35> kTests = {
+constexpr std::array<std::string_view, 34> kTests = {
     "defined", "undefined", "none",  "string", "number", "integer", "float",  "mapping", "sequence",
     "iterable", "boolean",  "true",  "false",  "callable", "even",  "odd",    "divisibleby", "eq",
     "equalto", "==",        "ne",    "!=",     "lt",     "lessthan", "<",     "le",      "<=",
-    "gt",      "greaterthan", ">",   "ge",     ">=",     "in",      "sameas", "escaped"};
+    "gt",      "greaterthan", ">",   "ge",     ">=",     "in",      "sameas"};
 
 CallArgs shift(const CallArgs& args, std::size_t n) {
   CallArgs rest;
@@ -356,7 +356,6 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& args) {
   if (name == "mapping") return none(), v.is_dict();
   if (name == "sequence" || name == "iterable") return none(), v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
   if (name == "callable") return none(), v.kind() == Value::Kind::Callable;
-  if (name == "escaped") return none(), false;  // no autoescape, so nothing is markup
   if (name == "even" || name == "odd") {
     none();
     const Value m = binary_op("%", v, Value::of(2));
