@@ -18,8 +18,7 @@
 #include <sstream>
 #include <string>
 
-#include "chat/jinja.hpp"
-#include "chat/template_file.hpp"
+#include "qhexrt/chat_template.hpp"
 #include "qhexrt/error.hpp"
 
 namespace {
@@ -39,14 +38,6 @@ Json read_json(const std::string& path) {
   }
 }
 
-qhx::chat::Template load(const std::string& path) {
-  if (std::filesystem::is_directory(path)) {
-    auto found = qhx::chat::find_checkpoint_template(path);
-    if (!found) qhx::fail(path, ": no chat template (chat_template.json, chat_template.jinja, processor_config.json, tokenizer_config.json)");
-    return qhx::chat::Template::parse(found->text, found->path.string());
-  }
-  return qhx::chat::Template::parse(qhx::chat::load_template_file(path), path);
-}
 
 }  // namespace
 
@@ -64,7 +55,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const qhx::chat::Template tmpl = load(template_path);
+    const qhx::ChatTemplate tmpl = qhx::ChatTemplate::load(template_path);
     Json context = {{"messages", Json::array()}, {"tools", nullptr}, {"documents", nullptr},
                     {"add_generation_prompt", add_generation_prompt}};
     if (!messages_path.empty()) {
@@ -78,7 +69,7 @@ int main(int argc, char** argv) {
       if (!extra.is_object()) qhx::fail(context_path, ": expected a JSON object");
       for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
     }
-    const std::string text = tmpl.render(context);
+    const std::string text = tmpl.render_json(context.dump());
     std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
     std::cout.flush();
   } catch (const std::exception& e) {

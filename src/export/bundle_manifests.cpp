@@ -27,7 +27,7 @@ nlohmann::json common(const BundleFiles& f, const std::string& name) {
           {"model", "qwen3vl"},
           {"config", "config.json"},
           {"tokenizer", "tokenizer.json"},
-          {"chat_template", "qwen3vl"},
+          {"chat_template", f.chat_template},
           {"context_length", f.context},
           {"prefill_chunk", f.prefill_chunk},
           {"max_new_tokens", 256},

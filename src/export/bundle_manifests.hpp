@@ -14,6 +14,7 @@ struct BundleFiles {
   std::string vision, llm, lm_head, embed, patch_embed, patch_bias, pos_embed;  // file names in the bundle
   std::int64_t image_size = 512, context = 1024, prefill_chunk = 320;
   std::string weights;  // w8 | w4 | f16 | f32, for the manifests' names
+  std::string chat_template = "qwen3vl";  // the family's built-in one, or the checkpoint's copied into the bundle
 };
 
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size);

@@ -1,5 +1,9 @@
 #include "qhexrt/export.hpp"
 
+#include <fstream>
+
+#include "qhexrt/chat_template.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -173,6 +177,13 @@ ExportSummary export_bundle(const ExportOptions& o) {
   std::filesystem::copy_file(o.hf_dir / "config.json", o.out_dir / "config.json",
                              std::filesystem::copy_options::overwrite_existing);
   ExportSummary s;
+  // The checkpoint's own chat template travels with the bundle (a Thinking
+  // checkpoint must not be run with the Instruct one).
+  if (const auto tmpl = ChatTemplate::from_checkpoint(o.hf_dir)) {
+    files.chat_template = "chat_template.jinja";
+    std::ofstream(o.out_dir / files.chat_template, std::ios::binary) << tmpl->source();
+    s.files.emplace_back(files.chat_template, std::filesystem::file_size(o.out_dir / files.chat_template));
+  }
   const std::string size = std::to_string(o.image_size);
   s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
   s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");

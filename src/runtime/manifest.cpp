@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/model_family.hpp"
+#include "qhexrt/chat_template.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -86,9 +87,10 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
   if (m.config.empty()) top.fail_at("config", "missing (the model's config.json)");
   m.tokenizer = top.string("tokenizer", "");
   if (m.tokenizer.empty()) top.fail_at("tokenizer", "missing (a tokenizer.json)");
-  m.chat_template = top.string("chat_template", "qwen3vl");
-  if (m.chat_template != "qwen3vl" && m.chat_template != "none")
-    top.fail_at("chat_template", cat("unknown template \"", m.chat_template, "\" (\"qwen3vl\" or \"none\")"));
+  // The model family's built-in template (its name), "none", or (version 4) a template file.
+  m.chat_template = top.string("chat_template", m.model);
+  if (m.chat_template.empty())
+    top.fail_at("chat_template", "empty (the model's name, \"none\", or a chat template file)");
   m.context_length = positive(top, "context_length", 0, true);
   m.prefill_chunk = positive(top, "prefill_chunk", 0, true);
   m.max_new_tokens = positive(top, "max_new_tokens", 256, false);
@@ -189,6 +191,17 @@ nlohmann::json qwen3vl_text_stages(const std::string& prefill_mode) {
           {{"op", "detokenize"}}};
 }
 
+namespace {
+
+// The checkpoint's own template file, else the family's built-in one.
+std::string checkpoint_template(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir)) return "qwen3vl";  // opening the plan will say what is missing
+  const auto t = ChatTemplate::from_checkpoint(dir);
+  return t ? t->name() : "qwen3vl";
+}
+
+}  // namespace
+
 Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
   // Absolute file names, so that the plan (qhx_generate --print-plan) works from anywhere.
   const std::filesystem::path dir = std::filesystem::absolute(dir_in);
@@ -202,7 +215,7 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
       {"model", "qwen3vl"},
       {"config", config},
       {"tokenizer", (dir / "tokenizer.json").string()},
-      {"chat_template", "qwen3vl"},
+      {"chat_template", checkpoint_template(dir)},
       {"context_length", 4096},
       {"prefill_chunk", 320},
       {"max_new_tokens", 256},

@@ -230,6 +230,8 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   res.manifest = resolve_manifest(path, want_images);
   const Manifest& m = res.manifest;
   res.family = in_manifest(m, "config", [&] { return load_model_family(m.model, m.dir / m.config); });
+  if (m.chat_template != "none" && m.chat_template != m.model)
+    res.chat_template = in_manifest(m, "chat_template", [&] { return ChatTemplate::load(m.dir / m.chat_template); });
   res.tokenizer.emplace(in_manifest(m, "tokenizer", [&] { return Tokenizer::load(m.dir / m.tokenizer); }));
   for (const auto& stop : m.stop_tokens) {
     const auto id = res.tokenizer->token_to_id(stop);

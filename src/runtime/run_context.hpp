@@ -17,6 +17,7 @@
 #include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
 #include "models/model_family.hpp"
+#include "qhexrt/chat_template.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/safetensors.hpp"
 #include "qhexrt/session.hpp"
@@ -70,6 +71,7 @@ struct Graph {
 struct Resources {
   Manifest manifest;
   std::unique_ptr<ModelFamily> family;  // the manifest's "model"
+  std::optional<ChatTemplate> chat_template;  // a template file; else the family's built-in one renders
   std::optional<Tokenizer> tokenizer;
   std::map<std::string, Graph> graphs;
   std::map<std::string, Table> tables;

@@ -275,6 +275,48 @@ TEST(Session, ImageForATextOnlyPlanIsRefused) {
   EXPECT_TRUE(s.messages().empty());
 }
 
+// A checkpoint directory like tiny_a's, with another chat template in chat_template.jinja.
+std::filesystem::path checkpoint_with_template(const test::TempDir& dir, const std::string& jinja) {
+  const auto src = checkpoint("tiny_a");
+  for (const auto& e : std::filesystem::directory_iterator(src)) {
+    const auto name = e.path().filename().string();
+    if (name == "chat_template.json" || name == "tokenizer_config.json") continue;  // they would take precedence
+    std::filesystem::create_symlink(e.path(), dir.path() / name);
+  }
+  dir.write("chat_template.jinja", jinja);
+  return dir.path();
+}
+
+TEST(Session, ThinkingTemplateOpensWithThinkAndReturnsTheReasoningApart) {
+  test::TempDir dir;
+  const std::string tmpl = test::read_file(std::filesystem::path(QHX_DEFAULT_TEST_DATA) / "chat_templates" / "qwen3vl_thinking.jinja");
+  Pipeline pipe = Pipeline::open(checkpoint_with_template(dir, tmpl));
+  const Tokenizer& tok = pipe.tokenizer();
+  GenerationOptions o = greedy(32);
+  const std::vector<std::int32_t> said = tok.encode("The picture is dark.\n</think>\n\nIt is dark.");
+  o.forced_tokens = said;
+  o.forced_tokens.push_back(*tok.token_to_id("<|im_end|>"));
+  Session s(pipe);
+  const GenerationResult r = s.send(Message::text("user", "Is it dark?"), o);
+  // The Thinking generation prompt: the prompt ends "<|im_start|>assistant\n<think>\n".
+  const auto tail = tok.encode("<|im_start|>assistant\n<think>\n");
+  ASSERT_GE(r.prompt_tokens.size(), tail.size());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), r.prompt_tokens.end() - static_cast<std::ptrdiff_t>(tail.size())));
+  EXPECT_EQ(r.stop_reason, "stop_token");
+  EXPECT_EQ(r.reasoning, "The picture is dark.");
+  EXPECT_EQ(r.text, "It is dark.");
+  // The next turn renders the history through the same template (which drops past reasoning).
+  const GenerationResult next = s.send(Message::text("user", "Why?"), greedy(2));
+  EXPECT_EQ(next.prompt_tokens, tok.encode("<|im_start|>user\nIs it dark?<|im_end|>\n<|im_start|>assistant\nIt is dark.<|im_end|>\n"
+                                           "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+}
+
+TEST(Session, UnsupportedTemplateConstructIsNamedWhenThePlanOpens) {
+  test::TempDir dir;
+  const auto ckpt = checkpoint_with_template(dir, "{% for m in messages %}\n{% include 'turn.jinja' %}{% endfor %}");
+  test::expect_error([&] { Pipeline::open(ckpt); }, {"chat_template", "chat_template.jinja:2:", "unsupported Jinja construct 'include'"});
+}
+
 TEST(Messages, ParsesStringsAndParts) {
   const auto m = parse_messages(
       R"([{"role":"system","content":"Be brief."},
