@@ -41,7 +41,7 @@ readelf -d "$so" | grep -q 'SONAME.*\[libqhexrt\.so\.0\]' || die "$so: SONAME is
 # Only the public API is exported: the C functions and the public C++ classes,
 # no internals (qhx::cpu::..., the kernels, simdjson) that programs could bind to.
 exports=$(nm -D --defined-only "$so" | c++filt)
-grep -q ' T qhx_session_send$' <<<"$exports" || die "$so does not export qhx_session_send"
+grep -q ' T qhx_session_send@@QHEXRT_0$' <<<"$exports" || die "$so does not export qhx_session_send"
 grep -q 'qhx::Session::send' <<<"$exports" || die "$so does not export qhx::Session::send"
 if grep -E 'qhx::(cpu|detail|test)::|simdjson|hwy::' <<<"$exports" | head -3 | grep -q .; then
   grep -E 'qhx::(cpu|detail|test)::|simdjson|hwy::' <<<"$exports" | head -3 >&2
