@@ -51,7 +51,8 @@ enum {
   QHX_OK = 0,
   QHX_ERR = -1,                   /* see qhx_last_error() */
   QHX_ERR_BUFFER_TOO_SMALL = -2,  /* the needed size was written to the size out-parameter */
-  QHX_ERR_ARGUMENT = -3           /* a NULL handle or pointer, or a bad struct_size */
+  QHX_ERR_ARGUMENT = -3           /* a NULL handle or pointer, a bad struct_size, an index out of
+                                     range, a role that is none of the three */
 };
 
 /* The library version, "MAJOR.MINOR.PATCH" (the project's version, not the API version). */
@@ -173,7 +174,8 @@ typedef struct qhx_message qhx_message;
 /* Kinds of a message's parts (qhx_message_part). */
 enum { QHX_PART_TEXT = 0, QHX_PART_IMAGE = 1 };
 
-/* A new, empty message of `role`: "system", "user" or "assistant". */
+/* A new, empty message of `role`: "system", "user" or "assistant" (another role
+ * is refused with QHX_ERR_ARGUMENT). */
 int qhx_message_new(const char* role, qhx_message** out);
 
 /* Frees a message (NULL is fine). Sessions copy messages: a message may be

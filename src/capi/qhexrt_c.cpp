@@ -146,11 +146,7 @@ qhx::GenerationOptions to_cpp(const qhx_generation_options& o) {
     s.seed = o.seed;
     g.sampling = s;
   }
-  if (o.stop == nullptr && o.n_stop > 0) qhx::fail("options->stop is NULL with n_stop = ", o.n_stop);
-  for (std::size_t i = 0; i < o.n_stop; ++i) {
-    if (o.stop[i] == nullptr) qhx::fail("options->stop[", i, "] is NULL");
-    g.stop.emplace_back(o.stop[i]);
-  }
+  for (std::size_t i = 0; i < o.n_stop; ++i) g.stop.emplace_back(o.stop[i]);  // checked by answer()
   if (o.resize != nullptr) g.resize = o.resize;
   if (o.on_text != nullptr) {
     const qhx_stream_callback cb = o.on_text;
@@ -176,6 +172,9 @@ int answer(qhx_session* session, std::vector<qhx::Message> messages, bool append
            const qhx_generation_options* options, qhx_result** out, const char* function) {
   qhx_generation_options o;
   if (const int st = read_generation_options(options, o, function); st != QHX_OK) return st;
+  if (o.stop == nullptr && o.n_stop > 0) return null_argument(function, "options->stop");
+  for (std::size_t i = 0; i < o.n_stop; ++i)
+    if (o.stop[i] == nullptr) return null_argument(function, qhx::cat("options->stop[", i, "]").c_str());
   return guarded(function, [&]() -> int {
     const qhx::GenerationOptions g = to_cpp(o);
     auto result = std::make_unique<qhx_result>();

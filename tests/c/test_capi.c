@@ -600,7 +600,13 @@ static void test_sessions(const char* checkpoint, const char* image_path, const 
     CHECK(qhx_session_send(a, turn2, &bad, &r) == QHX_ERR && contains(qhx_last_error(), "temperature"));
     bad = greedy(4);
     bad.n_stop = 1;
-    CHECK(qhx_session_send(a, turn2, &bad, &r) == QHX_ERR && contains(qhx_last_error(), "options->stop"));
+    CHECK_ARG(qhx_session_send(a, turn2, &bad, &r), "qhx_session_send", "options->stop");
+    {
+      const char* stops[2] = {"x", NULL};
+      bad.stop = stops;
+      bad.n_stop = 2;
+      CHECK_ARG(qhx_session_send(a, turn2, &bad, &r), "qhx_session_send", "options->stop[1]");
+    }
     bad = greedy(4);
     bad.resize = "sideways";
     CHECK(qhx_session_send(a, turn1_file, &bad, &r) == QHX_ERR && contains(qhx_last_error(), "sideways"));
