@@ -1,18 +1,44 @@
-// The C API: thin wrappers that turn exceptions into status codes.
+// The C API: thin wrappers that check arguments, turn exceptions into status
+// codes and translate the versioned C structs to the C++ API (qhexrt/session.hpp).
 #include "qhexrt/qhexrt.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
+#include "common/utf8.hpp"
+#include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
+#include "qhexrt/session.hpp"
 #include "qhexrt/tokenizer.hpp"
 
 struct qhx_tokenizer {
   qhx::Tokenizer tok;
 };
 
+// Shared ownership: a session keeps its pipeline alive, so bindings whose
+// garbage collector frees objects in any order (ctypes finalizers) are safe.
 struct qhx_pipeline {
-  qhx::Pipeline pipe;
+  std::shared_ptr<qhx::Pipeline> pipe;
+  std::string warning;
+};
+
+struct qhx_session {
+  std::shared_ptr<qhx::Pipeline> pipe;  // declared first: destroyed after the session
+  qhx::Session session;
+};
+
+struct qhx_message {
+  qhx::Message msg;
+};
+
+struct qhx_result {
+  qhx::GenerationResult r;
 };
 
 namespace {
@@ -24,16 +50,145 @@ int set_error(int status, std::string message) {
   return status;
 }
 
-// Runs `fn`, mapping any exception to QHX_ERR with its message.
+int null_argument(const char* function, const char* argument) {
+  return set_error(QHX_ERR_ARGUMENT, qhx::cat(function, ": ", argument, " is NULL"));
+}
+
+// Runs `fn`, mapping any exception to QHX_ERR with the function's name and the message.
 template <typename Fn>
-int guarded(Fn&& fn) {
+int guarded(const char* function, Fn&& fn) {
   try {
     return fn();
   } catch (const std::exception& e) {
-    return set_error(QHX_ERR, e.what());
+    return set_error(QHX_ERR, qhx::cat(function, ": ", e.what()));
   } catch (...) {
-    return set_error(QHX_ERR, "unknown error");
+    return set_error(QHX_ERR, qhx::cat(function, ": unknown error"));
   }
+}
+
+// The size of a versioned struct in API version 2: the end of its last v2
+// field. Fields appended by later versions must not move this.
+constexpr std::size_t kPipelineOptionsV2 = offsetof(qhx_pipeline_options, threads) + sizeof(int32_t);
+constexpr std::size_t kGenerationOptionsV2 = offsetof(qhx_generation_options, keep_step_logits) + sizeof(int);
+constexpr std::size_t kTimingsV2 = offsetof(qhx_timings, decode_steps) + sizeof(int64_t);
+constexpr std::size_t kImageCacheStatsV2 = offsetof(qhx_image_cache_stats, capacity_bytes) + sizeof(int64_t);
+
+// Checks a caller's struct_size against the v2 minimum.
+template <typename T>
+int check_struct_size(const T* s, std::size_t v2_size, const char* function, const char* argument,
+                      const char* type) {
+  if (s->struct_size < v2_size)
+    return set_error(QHX_ERR_ARGUMENT,
+                     qhx::cat(function, ": ", argument, "->struct_size is ", s->struct_size, ", below the ", v2_size,
+                              " bytes of API version 2's ", type, " (set it to sizeof(", type, "), or call the ",
+                              type, "'s _init function)"));
+  return QHX_OK;
+}
+
+// Reads a caller's versioned input struct: the defaults, overwritten by the
+// fields that fit in the caller's struct_size (an older, shorter struct keeps
+// the defaults of the fields it does not have; a longer one's tail is ignored).
+template <typename T>
+void read_versioned(const T* in, T& out) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  std::memcpy(&out, in, std::min(in->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+}
+
+// Writes a versioned output struct: only the fields that fit in the caller's struct_size.
+template <typename T>
+void write_versioned(const T& in, T* out) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const std::size_t caller_size = out->struct_size;
+  std::memcpy(out, &in, std::min(caller_size, sizeof(T)));
+  out->struct_size = caller_size;
+}
+
+qhx_pipeline_options default_pipeline_options() {
+  qhx_pipeline_options o{};
+  o.struct_size = sizeof o;
+  o.image_cache_mb = -1;
+  o.want_images = 0;  // as the C++ default: a bundle's text manifest if it has one
+  o.threads = 0;
+  return o;
+}
+
+qhx_generation_options default_generation_options() {
+  qhx_generation_options o{};
+  o.struct_size = sizeof o;
+  o.max_new_tokens = 0;
+  o.use_manifest_sampling = 1;
+  const qhx::SamplingParams s;  // the C++ defaults are HF's neutral values
+  o.greedy = s.greedy ? 1 : 0;
+  o.temperature = s.temperature;
+  o.top_k = s.top_k;
+  o.top_p = s.top_p;
+  o.min_p = s.min_p;
+  o.repetition_penalty = s.repetition_penalty;
+  o.presence_penalty = s.presence_penalty;
+  o.seed = s.seed;
+  return o;
+}
+
+// The C++ options of a (checked) C options struct.
+qhx::GenerationOptions to_cpp(const qhx_generation_options& o) {
+  qhx::GenerationOptions g;
+  if (o.max_new_tokens > 0) g.max_new_tokens = o.max_new_tokens;
+  if (o.use_manifest_sampling == 0) {
+    qhx::SamplingParams s;
+    s.greedy = o.greedy != 0;
+    s.temperature = o.temperature;
+    s.top_k = o.top_k;
+    s.top_p = o.top_p;
+    s.min_p = o.min_p;
+    s.repetition_penalty = o.repetition_penalty;
+    s.presence_penalty = o.presence_penalty;
+    s.seed = o.seed;
+    g.sampling = s;
+  }
+  for (std::size_t i = 0; i < o.n_stop; ++i) g.stop.emplace_back(o.stop[i]);  // checked by answer()
+  if (o.resize != nullptr) g.resize = o.resize;
+  if (o.on_text != nullptr) {
+    const qhx_stream_callback cb = o.on_text;
+    void* user = o.user;
+    g.on_text = [cb, user](std::string_view text) { return cb(text.data(), text.size(), user) == 0; };
+  }
+  g.keep_step_logits = o.keep_step_logits != 0;
+  return g;
+}
+
+// Options of qhx_session_send / _respond: NULL means the defaults.
+int read_generation_options(const qhx_generation_options* in, qhx_generation_options& out, const char* function) {
+  out = default_generation_options();
+  if (in == nullptr) return QHX_OK;
+  if (const int st = check_struct_size(in, kGenerationOptionsV2, function, "options", "qhx_generation_options");
+      st != QHX_OK)
+    return st;
+  read_versioned(in, out);
+  return QHX_OK;
+}
+
+int answer(qhx_session* session, std::vector<qhx::Message> messages, bool append,
+           const qhx_generation_options* options, qhx_result** out, const char* function) {
+  qhx_generation_options o;
+  if (const int st = read_generation_options(options, o, function); st != QHX_OK) return st;
+  if (o.stop == nullptr && o.n_stop > 0) return null_argument(function, "options->stop");
+  for (std::size_t i = 0; i < o.n_stop; ++i)
+    if (o.stop[i] == nullptr) return null_argument(function, qhx::cat("options->stop[", i, "]").c_str());
+  return guarded(function, [&]() -> int {
+    const qhx::GenerationOptions g = to_cpp(o);
+    auto result = std::make_unique<qhx_result>();
+    result->r = append ? session->session.send(std::move(messages.front()), g)
+                       : session->session.respond(std::move(messages), g);
+    *out = result.release();
+    return QHX_OK;
+  });
+}
+
+int text_out(const std::string& s, const char** text, std::size_t* len) {
+  *text = s.c_str();
+  if (len != nullptr) *len = s.size();
+  return QHX_OK;
 }
 
 }  // namespace
@@ -42,12 +197,17 @@ extern "C" {
 
 const char* qhx_version(void) { return QHX_VERSION_STRING; }
 
+int qhx_api_version(void) { return QHX_API_VERSION; }
+
 const char* qhx_last_error(void) { return g_last_error.c_str(); }
 
+/* ---- tokenizer ---- */
+
 int qhx_tokenizer_load(const char* path, qhx_tokenizer** out) {
-  if (path == nullptr || out == nullptr) return set_error(QHX_ERR_ARGUMENT, "qhx_tokenizer_load: NULL argument");
+  if (out == nullptr) return null_argument("qhx_tokenizer_load", "out");
   *out = nullptr;
-  return guarded([&]() -> int {
+  if (path == nullptr) return null_argument("qhx_tokenizer_load", "path");
+  return guarded("qhx_tokenizer_load", [&]() -> int {
     *out = new qhx_tokenizer{qhx::Tokenizer::load(path)};
     return QHX_OK;
   });
@@ -55,16 +215,27 @@ int qhx_tokenizer_load(const char* path, qhx_tokenizer** out) {
 
 void qhx_tokenizer_free(qhx_tokenizer* tok) { delete tok; }
 
-int32_t qhx_tokenizer_vocab_size(const qhx_tokenizer* tok) { return tok != nullptr ? tok->tok.vocab_size() : 0; }
+int32_t qhx_tokenizer_vocab_size(const qhx_tokenizer* tok) {
+  if (tok == nullptr) {
+    null_argument("qhx_tokenizer_vocab_size", "tok");
+    return 0;
+  }
+  return tok->tok.vocab_size();
+}
 
 int qhx_tokenizer_encode(const qhx_tokenizer* tok, const char* text, size_t len, int32_t* ids, size_t cap,
                          size_t* n_ids) {
-  if (tok == nullptr || (text == nullptr && len > 0) || n_ids == nullptr || (ids == nullptr && cap > 0))
-    return set_error(QHX_ERR_ARGUMENT, "qhx_tokenizer_encode: NULL argument");
-  return guarded([&]() -> int {
+  constexpr const char* fn = "qhx_tokenizer_encode";
+  if (tok == nullptr) return null_argument(fn, "tok");
+  if (text == nullptr && len > 0) return null_argument(fn, "text");
+  if (n_ids == nullptr) return null_argument(fn, "n_ids");
+  if (ids == nullptr && cap > 0) return null_argument(fn, "ids");
+  return guarded(fn, [&]() -> int {
     const auto out = tok->tok.encode(std::string_view(text != nullptr ? text : "", len));
     *n_ids = out.size();
-    if (out.size() > cap) return set_error(QHX_ERR_BUFFER_TOO_SMALL, "qhx_tokenizer_encode: ids buffer too small");
+    if (out.size() > cap)
+      return set_error(QHX_ERR_BUFFER_TOO_SMALL,
+                       qhx::cat(fn, ": ids buffer too small (", cap, " ids for ", out.size(), ")"));
     if (!out.empty()) std::memcpy(ids, out.data(), out.size() * sizeof(int32_t));
     return QHX_OK;
   });
@@ -72,34 +243,115 @@ int qhx_tokenizer_encode(const qhx_tokenizer* tok, const char* text, size_t len,
 
 int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_ids, int skip_special, char* buf,
                          size_t cap, size_t* len) {
-  if (tok == nullptr || (ids == nullptr && n_ids > 0) || len == nullptr || (buf == nullptr && cap > 0))
-    return set_error(QHX_ERR_ARGUMENT, "qhx_tokenizer_decode: NULL argument");
-  return guarded([&]() -> int {
+  constexpr const char* fn = "qhx_tokenizer_decode";
+  if (tok == nullptr) return null_argument(fn, "tok");
+  if (ids == nullptr && n_ids > 0) return null_argument(fn, "ids");
+  if (len == nullptr) return null_argument(fn, "len");
+  if (buf == nullptr && cap > 0) return null_argument(fn, "buf");
+  return guarded(fn, [&]() -> int {
     const std::string text = tok->tok.decode({ids, n_ids}, skip_special != 0);
     *len = text.size();
-    if (text.size() + 1 > cap) return set_error(QHX_ERR_BUFFER_TOO_SMALL, "qhx_tokenizer_decode: buffer too small");
+    if (text.size() + 1 > cap)
+      return set_error(QHX_ERR_BUFFER_TOO_SMALL,
+                       qhx::cat(fn, ": buffer too small (", cap, " bytes for ", text.size(), " and the NUL)"));
     std::memcpy(buf, text.c_str(), text.size() + 1);
     return QHX_OK;
   });
 }
 
-int qhx_pipeline_open(const char* manifest_or_dir, qhx_pipeline** out) {
-  if (manifest_or_dir == nullptr || out == nullptr) return set_error(QHX_ERR_ARGUMENT, "qhx_pipeline_open: NULL argument");
+/* ---- pipelines ---- */
+
+int qhx_pipeline_options_init(qhx_pipeline_options* options) {
+  if (options == nullptr) return null_argument("qhx_pipeline_options_init", "options");
+  *options = default_pipeline_options();
+  return QHX_OK;
+}
+
+int qhx_pipeline_open2(const char* path, const qhx_pipeline_options* options, qhx_pipeline** out) {
+  constexpr const char* fn = "qhx_pipeline_open2";
+  if (out == nullptr) return null_argument(fn, "out");
   *out = nullptr;
-  return guarded([&]() -> int {
-    *out = new qhx_pipeline{qhx::Pipeline::open(manifest_or_dir)};
+  if (path == nullptr) return null_argument(fn, "path");
+  qhx_pipeline_options o = default_pipeline_options();
+  if (options != nullptr) {
+    if (const int st = check_struct_size(options, kPipelineOptionsV2, fn, "options", "qhx_pipeline_options");
+        st != QHX_OK)
+      return st;
+    read_versioned(options, o);
+  }
+  if (o.threads < 0) return set_error(QHX_ERR_ARGUMENT, qhx::cat(fn, ": options->threads must be >= 0, got ", o.threads));
+  return guarded(fn, [&]() -> int {
+    auto p = std::make_unique<qhx_pipeline>();
+    if (o.threads > 0) qhx::set_threads(o.threads, &p->warning);
+    qhx::PipelineOptions po;
+    if (o.image_cache_mb >= 0) po.image_cache_mb = o.image_cache_mb;
+    p->pipe = std::make_shared<qhx::Pipeline>(qhx::Pipeline::open(path, po, o.want_images != 0));
+    *out = p.release();
     return QHX_OK;
   });
 }
 
+int qhx_pipeline_open(const char* manifest_or_dir, qhx_pipeline** out) {
+  if (out == nullptr) return null_argument("qhx_pipeline_open", "out");
+  *out = nullptr;
+  if (manifest_or_dir == nullptr) return null_argument("qhx_pipeline_open", "manifest_or_dir");
+  return qhx_pipeline_open2(manifest_or_dir, nullptr, out);
+}
+
 void qhx_pipeline_free(qhx_pipeline* pipe) { delete pipe; }
+
+int qhx_pipeline_warning(const qhx_pipeline* pipe, const char** text) {
+  if (pipe == nullptr) return null_argument("qhx_pipeline_warning", "pipe");
+  if (text == nullptr) return null_argument("qhx_pipeline_warning", "text");
+  *text = pipe->warning.c_str();
+  return QHX_OK;
+}
+
+int qhx_pipeline_takes_images(const qhx_pipeline* pipe, int* takes_images) {
+  if (pipe == nullptr) return null_argument("qhx_pipeline_takes_images", "pipe");
+  if (takes_images == nullptr) return null_argument("qhx_pipeline_takes_images", "takes_images");
+  *takes_images = pipe->pipe->takes_images() ? 1 : 0;
+  return QHX_OK;
+}
+
+int qhx_image_cache_stats_init(qhx_image_cache_stats* stats) {
+  if (stats == nullptr) return null_argument("qhx_image_cache_stats_init", "stats");
+  *stats = qhx_image_cache_stats{};
+  stats->struct_size = sizeof *stats;
+  return QHX_OK;
+}
+
+int qhx_pipeline_image_cache_stats(const qhx_pipeline* pipe, qhx_image_cache_stats* stats) {
+  constexpr const char* fn = "qhx_pipeline_image_cache_stats";
+  if (pipe == nullptr) return null_argument(fn, "pipe");
+  if (stats == nullptr) return null_argument(fn, "stats");
+  if (const int st = check_struct_size(stats, kImageCacheStatsV2, fn, "stats", "qhx_image_cache_stats"); st != QHX_OK)
+    return st;
+  return guarded(fn, [&]() -> int {
+    const qhx::ImageCacheStats s = pipe->pipe->image_cache_stats();
+    qhx_image_cache_stats c{};
+    c.hits = s.hits;
+    c.misses = s.misses;
+    c.entries = s.entries;
+    c.bytes = s.bytes;
+    c.capacity_bytes = s.capacity_bytes;
+    write_versioned(c, stats);
+    return QHX_OK;
+  });
+}
 
 int qhx_pipeline_generate(qhx_pipeline* pipe, const qhx_generate_options* o, qhx_text_callback on_text, void* user,
                           char* buf, size_t cap, size_t* len) {
-  if (pipe == nullptr || o == nullptr || o->prompt == nullptr || len == nullptr || (buf == nullptr && cap > 0) ||
-      (o->images == nullptr && o->n_images > 0))
-    return set_error(QHX_ERR_ARGUMENT, "qhx_pipeline_generate: NULL argument");
-  return guarded([&]() -> int {
+  constexpr const char* fn = "qhx_pipeline_generate";
+  if (pipe == nullptr) return null_argument(fn, "pipe");
+  if (o == nullptr) return null_argument(fn, "options");
+  if (o->prompt == nullptr) return null_argument(fn, "options->prompt");
+  if (o->images == nullptr && o->n_images > 0) return null_argument(fn, "options->images");
+  if (len == nullptr) return null_argument(fn, "len");
+  if (buf == nullptr && cap > 0) return null_argument(fn, "buf");
+  for (size_t i = 0; i < o->n_images; ++i)
+    if (o->images[i] == nullptr) return null_argument(fn, qhx::cat("options->images[", i, "]").c_str());
+  return guarded(fn, [&]() -> int {
     qhx::GenerationRequest req;
     req.prompt = o->prompt;
     if (o->system != nullptr) req.system = o->system;
@@ -113,11 +365,294 @@ int qhx_pipeline_generate(qhx_pipeline* pipe, const qhx_generate_options* o, qhx
     req.raw = o->raw != 0;
     if (on_text != nullptr)
       req.on_text = [on_text, user](std::string_view text) { on_text(text.data(), text.size(), user); };
-    const qhx::GenerationResult r = pipe->pipe.generate(req);
+    const qhx::GenerationResult r = pipe->pipe->generate(req);
     *len = r.text.size();
-    if (r.text.size() + 1 > cap) return set_error(QHX_ERR_BUFFER_TOO_SMALL, "qhx_pipeline_generate: buffer too small");
+    if (r.text.size() + 1 > cap)
+      return set_error(QHX_ERR_BUFFER_TOO_SMALL,
+                       qhx::cat(fn, ": buffer too small (", cap, " bytes for ", r.text.size(), " and the NUL)"));
     std::memcpy(buf, r.text.c_str(), r.text.size() + 1);
     return QHX_OK;
+  });
+}
+
+/* ---- messages ---- */
+
+int qhx_message_new(const char* role, qhx_message** out) {
+  constexpr const char* fn = "qhx_message_new";
+  if (out == nullptr) return null_argument(fn, "out");
+  *out = nullptr;
+  if (role == nullptr) return null_argument(fn, "role");
+  const std::string r = role;
+  // Checked here, where the caller can still tell which message is wrong.
+  if (r != "system" && r != "user" && r != "assistant")
+    return set_error(QHX_ERR_ARGUMENT,
+                     qhx::cat(fn, ": role \"", r, "\" is not one of \"system\", \"user\", \"assistant\""));
+  return guarded(fn, [&]() -> int {
+    *out = new qhx_message{qhx::Message{r, {}}};
+    return QHX_OK;
+  });
+}
+
+void qhx_message_free(qhx_message* msg) { delete msg; }
+
+int qhx_message_add_text(qhx_message* msg, const char* text, size_t len) {
+  constexpr const char* fn = "qhx_message_add_text";
+  if (msg == nullptr) return null_argument(fn, "msg");
+  if (text == nullptr && len > 0) return null_argument(fn, "text");
+  const std::string_view t(text != nullptr ? text : "", len);
+  if (const std::size_t bad = qhx::utf8::first_invalid(t); bad != t.size())
+    return set_error(QHX_ERR, qhx::cat(fn, ": the text is not valid UTF-8 (byte ", bad, " of ", len, ")"));
+  return guarded(fn, [&]() -> int {
+    msg->msg.content.push_back(qhx::ContentPart::text_part(std::string(t)));
+    return QHX_OK;
+  });
+}
+
+int qhx_message_add_image_file(qhx_message* msg, const char* path) {
+  constexpr const char* fn = "qhx_message_add_image_file";
+  if (msg == nullptr) return null_argument(fn, "msg");
+  if (path == nullptr) return null_argument(fn, "path");
+  return guarded(fn, [&]() -> int {
+    msg->msg.content.push_back(qhx::ContentPart::image_part(qhx::ImageSource::file(path)));
+    return QHX_OK;
+  });
+}
+
+int qhx_message_add_image_bytes(qhx_message* msg, const void* data, size_t len) {
+  constexpr const char* fn = "qhx_message_add_image_bytes";
+  if (msg == nullptr) return null_argument(fn, "msg");
+  if (data == nullptr) return null_argument(fn, "data");
+  // An empty ImageSource means "read the path" in the C++ API: refuse rather than misread.
+  if (len == 0) return set_error(QHX_ERR_ARGUMENT, qhx::cat(fn, ": len is 0 (an encoded image has bytes)"));
+  return guarded(fn, [&]() -> int {
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    msg->msg.content.push_back(qhx::ContentPart::image_part(qhx::ImageSource::encoded({p, p + len})));
+    return QHX_OK;
+  });
+}
+
+int qhx_message_role(const qhx_message* msg, const char** role) {
+  if (msg == nullptr) return null_argument("qhx_message_role", "msg");
+  if (role == nullptr) return null_argument("qhx_message_role", "role");
+  *role = msg->msg.role.c_str();
+  return QHX_OK;
+}
+
+int qhx_message_part_count(const qhx_message* msg, size_t* n) {
+  if (msg == nullptr) return null_argument("qhx_message_part_count", "msg");
+  if (n == nullptr) return null_argument("qhx_message_part_count", "n");
+  *n = msg->msg.content.size();
+  return QHX_OK;
+}
+
+int qhx_message_part(const qhx_message* msg, size_t index, int* kind, const char** text, size_t* len) {
+  constexpr const char* fn = "qhx_message_part";
+  if (msg == nullptr) return null_argument(fn, "msg");
+  if (kind == nullptr) return null_argument(fn, "kind");
+  if (text == nullptr) return null_argument(fn, "text");
+  if (index >= msg->msg.content.size())
+    return set_error(QHX_ERR_ARGUMENT,
+                     qhx::cat(fn, ": index ", index, " is out of range (the message has ", msg->msg.content.size(),
+                              " parts)"));
+  const qhx::ContentPart& p = msg->msg.content[index];
+  if (p.kind == qhx::ContentPart::Kind::Text) {
+    *kind = QHX_PART_TEXT;
+    return text_out(p.text, text, len);
+  }
+  *kind = QHX_PART_IMAGE;
+  // What ImageSource::name() says, from storage that lives as long as the part.
+  static constexpr std::string_view kInMemory = "image in memory";
+  if (!p.image.label.empty()) return text_out(p.image.label, text, len);
+  if (!p.image.bytes.empty()) {
+    *text = kInMemory.data();
+    if (len != nullptr) *len = kInMemory.size();
+    return QHX_OK;
+  }
+  return text_out(p.image.path.native(), text, len);
+}
+
+/* ---- generation options and results ---- */
+
+int qhx_generation_options_init(qhx_generation_options* options) {
+  if (options == nullptr) return null_argument("qhx_generation_options_init", "options");
+  *options = default_generation_options();
+  return QHX_OK;
+}
+
+int qhx_timings_init(qhx_timings* timings) {
+  if (timings == nullptr) return null_argument("qhx_timings_init", "timings");
+  *timings = qhx_timings{};
+  timings->struct_size = sizeof *timings;
+  return QHX_OK;
+}
+
+void qhx_result_free(qhx_result* result) { delete result; }
+
+int qhx_result_text(const qhx_result* result, const char** text, size_t* len) {
+  if (result == nullptr) return null_argument("qhx_result_text", "result");
+  if (text == nullptr) return null_argument("qhx_result_text", "text");
+  return text_out(result->r.text, text, len);
+}
+
+int qhx_result_reasoning(const qhx_result* result, const char** text, size_t* len) {
+  if (result == nullptr) return null_argument("qhx_result_reasoning", "result");
+  if (text == nullptr) return null_argument("qhx_result_reasoning", "text");
+  return text_out(result->r.reasoning, text, len);
+}
+
+int qhx_result_stop_reason(const qhx_result* result, const char** reason) {
+  if (result == nullptr) return null_argument("qhx_result_stop_reason", "result");
+  if (reason == nullptr) return null_argument("qhx_result_stop_reason", "reason");
+  *reason = result->r.stop_reason.c_str();
+  return QHX_OK;
+}
+
+int qhx_result_tokens(const qhx_result* result, const int32_t** ids, size_t* n) {
+  if (result == nullptr) return null_argument("qhx_result_tokens", "result");
+  if (ids == nullptr) return null_argument("qhx_result_tokens", "ids");
+  if (n == nullptr) return null_argument("qhx_result_tokens", "n");
+  *n = result->r.tokens.size();
+  *ids = result->r.tokens.empty() ? nullptr : result->r.tokens.data();
+  return QHX_OK;
+}
+
+int qhx_result_copy_tokens(const qhx_result* result, int32_t* ids, size_t cap, size_t* n) {
+  constexpr const char* fn = "qhx_result_copy_tokens";
+  if (result == nullptr) return null_argument(fn, "result");
+  if (ids == nullptr && cap > 0) return null_argument(fn, "ids");
+  if (n == nullptr) return null_argument(fn, "n");
+  const auto& t = result->r.tokens;
+  *n = t.size();
+  if (t.size() > cap)
+    return set_error(QHX_ERR_BUFFER_TOO_SMALL, qhx::cat(fn, ": ids buffer too small (", cap, " ids for ", t.size(), ")"));
+  if (!t.empty()) std::memcpy(ids, t.data(), t.size() * sizeof(int32_t));
+  return QHX_OK;
+}
+
+int qhx_result_prompt_token_count(const qhx_result* result, size_t* n) {
+  if (result == nullptr) return null_argument("qhx_result_prompt_token_count", "result");
+  if (n == nullptr) return null_argument("qhx_result_prompt_token_count", "n");
+  *n = result->r.prompt_tokens.size();
+  return QHX_OK;
+}
+
+int qhx_result_cached_tokens(const qhx_result* result, size_t* n) {
+  if (result == nullptr) return null_argument("qhx_result_cached_tokens", "result");
+  if (n == nullptr) return null_argument("qhx_result_cached_tokens", "n");
+  *n = static_cast<size_t>(result->r.cached_tokens);
+  return QHX_OK;
+}
+
+int qhx_result_step_logits(const qhx_result* result, const float** logits, size_t* rows, size_t* vocab) {
+  constexpr const char* fn = "qhx_result_step_logits";
+  if (result == nullptr) return null_argument(fn, "result");
+  if (logits == nullptr) return null_argument(fn, "logits");
+  if (rows == nullptr) return null_argument(fn, "rows");
+  if (vocab == nullptr) return null_argument(fn, "vocab");
+  const auto& r = result->r;
+  *vocab = static_cast<size_t>(r.vocab);
+  *rows = r.vocab > 0 ? r.step_logits.size() / static_cast<size_t>(r.vocab) : 0;
+  *logits = r.step_logits.empty() ? nullptr : r.step_logits.data();
+  return QHX_OK;
+}
+
+int qhx_result_timings(const qhx_result* result, qhx_timings* timings) {
+  constexpr const char* fn = "qhx_result_timings";
+  if (result == nullptr) return null_argument(fn, "result");
+  if (timings == nullptr) return null_argument(fn, "timings");
+  if (const int st = check_struct_size(timings, kTimingsV2, fn, "timings", "qhx_timings"); st != QHX_OK) return st;
+  const qhx::Timings& t = result->r.timings;
+  qhx_timings c{};
+  c.load_ms = t.load_ms;
+  c.vision_ms = t.vision_ms;
+  c.image_tokens = t.image_tokens;
+  c.images_encoded = t.images_encoded;
+  c.image_cache_hits = t.image_cache_hits;
+  c.prefill_ms = t.prefill_ms;
+  c.ttft_ms = t.ttft_ms;
+  c.decode_ms_per_token = t.decode_ms_per_token;
+  c.decode_steps = t.decode_steps;
+  write_versioned(c, timings);
+  return QHX_OK;
+}
+
+/* ---- sessions ---- */
+
+int qhx_session_new(qhx_pipeline* pipe, qhx_session** out) {
+  if (out == nullptr) return null_argument("qhx_session_new", "out");
+  *out = nullptr;
+  if (pipe == nullptr) return null_argument("qhx_session_new", "pipe");
+  return guarded("qhx_session_new", [&]() -> int {
+    *out = new qhx_session{pipe->pipe, qhx::Session(*pipe->pipe)};
+    return QHX_OK;
+  });
+}
+
+void qhx_session_free(qhx_session* session) { delete session; }
+
+int qhx_session_reset(qhx_session* session) {
+  if (session == nullptr) return null_argument("qhx_session_reset", "session");
+  return guarded("qhx_session_reset", [&]() -> int {
+    session->session.reset();
+    return QHX_OK;
+  });
+}
+
+int qhx_session_cached_tokens(const qhx_session* session, size_t* n) {
+  if (session == nullptr) return null_argument("qhx_session_cached_tokens", "session");
+  if (n == nullptr) return null_argument("qhx_session_cached_tokens", "n");
+  *n = static_cast<size_t>(session->session.cached_tokens());
+  return QHX_OK;
+}
+
+int qhx_session_message_count(const qhx_session* session, size_t* n) {
+  if (session == nullptr) return null_argument("qhx_session_message_count", "session");
+  if (n == nullptr) return null_argument("qhx_session_message_count", "n");
+  *n = session->session.messages().size();
+  return QHX_OK;
+}
+
+int qhx_session_copy_message(const qhx_session* session, size_t index, qhx_message** out) {
+  constexpr const char* fn = "qhx_session_copy_message";
+  if (out == nullptr) return null_argument(fn, "out");
+  *out = nullptr;
+  if (session == nullptr) return null_argument(fn, "session");
+  const auto& messages = session->session.messages();
+  if (index >= messages.size())
+    return set_error(QHX_ERR_ARGUMENT, qhx::cat(fn, ": index ", index, " is out of range (the conversation has ",
+                                                messages.size(), " messages)"));
+  return guarded(fn, [&]() -> int {
+    *out = new qhx_message{messages[index]};
+    return QHX_OK;
+  });
+}
+
+int qhx_session_send(qhx_session* session, const qhx_message* message, const qhx_generation_options* options,
+                     qhx_result** out) {
+  constexpr const char* fn = "qhx_session_send";
+  if (out == nullptr) return null_argument(fn, "out");
+  *out = nullptr;
+  if (session == nullptr) return null_argument(fn, "session");
+  if (message == nullptr) return null_argument(fn, "message");
+  return guarded(fn, [&]() -> int {
+    return answer(session, {message->msg}, true, options, out, fn);
+  });
+}
+
+int qhx_session_respond(qhx_session* session, const qhx_message* const* messages, size_t n,
+                        const qhx_generation_options* options, qhx_result** out) {
+  constexpr const char* fn = "qhx_session_respond";
+  if (out == nullptr) return null_argument(fn, "out");
+  *out = nullptr;
+  if (session == nullptr) return null_argument(fn, "session");
+  if (messages == nullptr && n > 0) return null_argument(fn, "messages");
+  for (size_t i = 0; i < n; ++i)
+    if (messages[i] == nullptr) return null_argument(fn, qhx::cat("messages[", i, "]").c_str());
+  return guarded(fn, [&]() -> int {
+    std::vector<qhx::Message> history;
+    history.reserve(n);
+    for (size_t i = 0; i < n; ++i) history.push_back(messages[i]->msg);
+    return answer(session, std::move(history), false, options, out, fn);
   });
 }
 
