@@ -261,12 +261,13 @@ def _prompt_forward(model, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]
     return out.logits[0].float().clone(), {k: cap[k].float().contiguous() for k in want}
 
 
-def _generate(model, inputs: dict[str, Any]) -> tuple[Any, Any, bool]:
+def generate_greedy(model, inputs: dict[str, Any], max_new_tokens: int = MAX_NEW_TOKENS) -> tuple[Any, Any, bool]:
+    """Greedy generate: (new tokens, the raw logits that chose them, whether scores == logits)."""
     import torch
 
     with torch.no_grad():
         g = model.generate(
-            **inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
+            **inputs, do_sample=False, max_new_tokens=max_new_tokens,
             eos_token_id=list(EOS_TOKEN_IDS), pad_token_id=PAD_TOKEN_ID,
             temperature=None, top_k=None, top_p=None,
             output_logits=True, output_scores=True, return_dict_in_generate=True)
@@ -365,7 +366,7 @@ def make_case(model, tok, fast_tok, ip, name: str, parts: list[dict[str, str]],
     prompt_logits, cap = _prompt_forward(model, inputs)
     if not torch.equal(model.model.rope_deltas.reshape(-1).to(torch.int64), rope_delta):
         raise AssertionError(f"{name}: forward cached rope_deltas {model.model.rope_deltas} != {rope_delta}")
-    tokens, step_logits, scores_equal = _generate(model, inputs)
+    tokens, step_logits, scores_equal = generate_greedy(model, inputs)
     if not torch.equal(model.model.rope_deltas.reshape(-1).to(torch.int64), rope_delta):
         raise AssertionError(f"{name}: generate's rope_deltas != get_rope_index's")
 

@@ -92,26 +92,6 @@ def replay_messages(turns: list[list[dict[str, str]]]) -> list[dict[str, Any]]:
     return out
 
 
-def _generate(model, inputs: dict[str, Any]) -> tuple[Any, Any, bool]:
-    import torch
-
-    with torch.no_grad():
-        g = model.generate(
-            **inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
-            eos_token_id=list(EOS_TOKEN_IDS), pad_token_id=PAD_TOKEN_ID,
-            temperature=None, top_k=None, top_p=None,
-            output_logits=True, output_scores=True, return_dict_in_generate=True)
-    L = inputs["input_ids"].shape[1]
-    tokens = g.sequences[0, L:].clone()
-    if g.logits is None:
-        raise AssertionError("generate(output_logits=True) returned no logits")
-    logits = torch.stack([x[0] for x in g.logits]).float().contiguous()
-    scores = torch.stack([x[0] for x in g.scores]).float()
-    if logits.shape[0] != tokens.shape[0]:
-        raise AssertionError(f"{logits.shape[0]} logit rows for {tokens.shape[0]} tokens")
-    return tokens, logits, bool(torch.equal(scores, logits))
-
-
 def _turn(model, tok, fast_tok, ip, what: str, messages: list[dict[str, Any]], out_dir: Path
           ) -> tuple[dict[str, Any], dict[str, Any]]:
     """transformers' greedy answer to `messages` (the last one a user turn)."""
@@ -120,7 +100,7 @@ def _turn(model, tok, fast_tok, ip, what: str, messages: list[dict[str, Any]], o
     from PIL import Image
 
     import test_images
-    from make_image_reference import IMAGE_PAD, IMAGE_TOKEN_ID, expand_image_pads
+    from make_image_reference import IMAGE_PAD, IMAGE_TOKEN_ID, expand_image_pads, generate_greedy
 
     files = conversation_images(messages)
     rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -149,7 +129,7 @@ def _turn(model, tok, fast_tok, ip, what: str, messages: list[dict[str, Any]], o
     inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), **inputs}
 
     model.model.rope_deltas = None  # generate recomputes it in its prefill anyway
-    tokens, step_logits, scores_equal = _generate(model, inputs)
+    tokens, step_logits, scores_equal = generate_greedy(model, inputs, MAX_NEW_TOKENS)
     if not torch.equal(step_logits.argmax(dim=-1), tokens):
         raise AssertionError(f"{what}: argmax(step_logits) != greedy tokens")
     # teacher-forced full forward over prompt + answer: the summation-order noise floor
