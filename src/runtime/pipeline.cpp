@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backends/cpu/checkpoint_weights.hpp"
+#include "backends/cpu/kernel_set.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
@@ -37,6 +38,10 @@ const Table& Resources::matrix_table(const std::string& name) const {
   const Table& t = table(name);
   if (t.matrix.data == nullptr) fail(manifest.source, ": table \"", name, "\" (", t.tensor, ") is not a matrix");
   return t;
+}
+
+void Table::gather(const std::int32_t* ids, std::int64_t n, float* out) const {
+  cpu::active_kernels().gather_rows(matrix, ids, n, out);
 }
 
 const IoSpec& Graph::input(std::string_view n) const {

@@ -33,6 +33,12 @@ struct Table {
   std::optional<Checkpoint> file;
   std::string tensor;        // its name in the file
   cpu::WeightMatrix matrix;  // [rows, cols] when the tensor is a matrix (else empty)
+
+  std::int64_t rows() const { return matrix.rows; }
+  std::int64_t cols() const { return matrix.cols; }
+  // out [n, cols] = the rows `ids` (checked by the caller), widened to f32 from
+  // whatever the file stores: a stage looks rows up without knowing how.
+  void gather(const std::int32_t* ids, std::int64_t n, float* out) const;
 };
 
 // A state tensor's memory (the KV cache): uninitialized bytes on 2 MiB pages

@@ -6,7 +6,6 @@
 // Every token it runs joins the session's cache.
 #include <algorithm>
 
-#include "backends/cpu/kernel_set.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/stage.hpp"
 #include "runtime/stop_strings.hpp"
@@ -30,7 +29,7 @@ class DecodeStage final : public Stage {
     StopStrings stops(ctx.options.stop);
     std::vector<std::int32_t> history = ctx.ids;  // the penalties see the prompt and the output
     const auto L = static_cast<std::int64_t>(ctx.ids.size());
-    const std::int64_t H = table.matrix.cols;
+    const std::int64_t H = table.cols();
     std::vector<float> x(static_cast<std::size_t>(H));
     std::int32_t pos[3];
     if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
@@ -64,8 +63,8 @@ class DecodeStage final : public Stage {
       }
       if (step + 1 == ctx.max_new_tokens) break;  // budget spent: no need for the next logits
 
-      if (tok < 0 || tok >= table.matrix.rows) fail("decode: sampled token ", tok, " has no embedding");
-      cpu::active_kernels().gather_rows(table.matrix, &tok, 1, x.data());
+      if (tok < 0 || tok >= table.rows()) fail("decode: sampled token ", tok, " has no embedding");
+      table.gather(&tok, 1, x.data());
       const std::int64_t p = L + step;  // sequence index of this token
       std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
       run_llm_step(llm, head, ctx.session, *res.family, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);

@@ -3,7 +3,6 @@
 // image features.
 #include <algorithm>
 
-#include "backends/cpu/kernel_set.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/stage.hpp"
 
@@ -16,12 +15,12 @@ class EmbedStage final : public Stage {
 
   void run(RunContext& ctx) override {
     const Table& t = ctx.res.matrix_table(table_);
-    const std::int64_t P = ctx.reused, L = static_cast<std::int64_t>(ctx.ids.size()), H = t.matrix.cols;
+    const std::int64_t P = ctx.reused, L = static_cast<std::int64_t>(ctx.ids.size()), H = t.cols();
     for (const auto id : ctx.ids)
-      if (id < 0 || id >= t.matrix.rows)
-        fail("token id ", id, " is outside the embedding table \"", table_, "\" (", t.matrix.rows, " rows)");
+      if (id < 0 || id >= t.rows())
+        fail("token id ", id, " is outside the embedding table \"", table_, "\" (", t.rows(), " rows)");
     ctx.embeds.resize(static_cast<std::size_t>((L - P) * H));
-    cpu::active_kernels().gather_rows(t.matrix, ctx.ids.data() + P, L - P, ctx.embeds.data());
+    t.gather(ctx.ids.data() + P, L - P, ctx.embeds.data());
     // The rows of each needed image's pads take its features, in order.
     for (const auto& im : ctx.images) {
       if (!im.needed) continue;

@@ -1,4 +1,5 @@
-// "patch_embed": the seed's host stage F, in f32 — pixel values of every image
+// "patch_embed": Qwen3-VL's host stage F (so it lives with the family and computes with the
+// host's f32 kernels, as the seed's host does), in f32 — pixel values of every image
 // (normalized, patchified in merge-window order), the patch embedding (the
 // Conv3d as one matrix multiply, with bias) plus the interpolated learned
 // position embedding. Output: the vision graph's input [N, vision_hidden].
