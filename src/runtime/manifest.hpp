@@ -20,7 +20,7 @@ namespace qhx {
 // The manifest format version this build reads. Compatibility rule: a reader
 // accepts every version up to its own; a manifest that needs a newer reader
 // is refused with a message naming both versions.
-constexpr std::int64_t kManifestVersion = 3;
+constexpr std::int64_t kManifestVersion = 4;
 
 struct ManifestGraph {
   std::string backend;  // "cpu"
@@ -63,6 +63,7 @@ struct Manifest {
   std::int64_t max_new_tokens = 0;  // default for a request
   SamplingParams sampling;
   std::vector<std::string> stop_tokens;
+  std::vector<std::int64_t> stop_token_ids;  // version 4: ids that also end generation
   ManifestImage image;
   std::map<std::string, ManifestGraph> graphs;
   std::map<std::string, ManifestTable> tables;
