@@ -157,12 +157,22 @@ Qwen3VLTextConfig parse_text(const Section& s) {
 void parse_vision_rope(const Section& s, Qwen3VLVisionConfig& v) {
   if (s.has_value("rope_scaling"))
     s.fail_at("rope_scaling", "the vision tower takes no RoPE scaling (transformers' axial vision RoPE has none)");
+  const auto theta_from = [&v](const Section& sec) {
+    v.rope_theta = sec.number("rope_theta", v.rope_theta);
+    if (!std::isfinite(v.rope_theta) || v.rope_theta <= 0)
+      sec.fail_at("rope_theta", cat("must be a finite number > 0, got ", v.rope_theta));
+  };
+  // A bare vision_config.rope_theta: 5.x moves it into rope_parameters when the config loads.
+  if (s.find("rope_theta") != nullptr) theta_from(s);
   if (!s.has_value("rope_parameters")) return;
   const Section rope = s.object("rope_parameters");
-  v.rope_type = rope.find("rope_type") != nullptr ? rope.string("rope_type", vision_default::rope_type)
-                                                  : rope.string("type", vision_default::rope_type);
+  const char* type_key = rope.find("rope_type") != nullptr ? "rope_type" : "type";
+  v.rope_type = rope.string(type_key, vision_default::rope_type);
   if (v.rope_type == "default") v.rope_type = "axial";
-  v.rope_theta = rope.number("rope_theta", s.number("rope_theta", vision_default::rope_theta));
+  if (v.rope_type != "axial")
+    rope.fail_at(type_key,
+                 cat("unsupported vision RoPE type \"", v.rope_type, "\" (only \"axial\", or \"default\" meaning it)"));
+  theta_from(rope);
 }
 
 Qwen3VLVisionConfig parse_vision(const Section& s) {
@@ -260,9 +270,6 @@ void validate_vision(const Checker& c, const Qwen3VLVisionConfig& v, const Qwen3
             cat("must be >= 1, got ", v.spatial_merge_size));
   c.require(v.hidden_size % v.num_heads == 0, "vision_config.num_heads",
             cat(v.num_heads, " does not divide hidden_size ", v.hidden_size));
-  c.require(v.rope_type == "axial", "vision_config.rope_parameters.rope_type",
-            cat("unsupported vision RoPE type \"", v.rope_type, "\" (only \"axial\", or \"default\" meaning it)"));
-  c.positive_finite(v.rope_theta, "vision_config.rope_parameters.rope_theta");
   // head_dim / 2 angles per patch (half row, half column), each from head_dim / 4 frequencies.
   c.require((v.hidden_size / v.num_heads) % 4 == 0, "vision_config.num_heads",
             cat("the vision head dim ", v.hidden_size / v.num_heads, " must be a multiple of 4 for the 2-D RoPE"));

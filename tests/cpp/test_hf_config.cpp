@@ -613,6 +613,13 @@ TEST(HfConfig, VisionRopeParameters) {
   EXPECT_EQ(qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters", nullptr).dump(), kSource)
                 .vision.rope_theta,
             10000.0);
+  // A bare vision rope_theta (5.x moves it into rope_parameters when the config loads).
+  Json bare = with(tf5, "/vision_config/rope_parameters", kRemove);
+  bare["vision_config"]["rope_theta"] = 30000.0;
+  EXPECT_DOUBLE_EQ(qhx::parse_qwen3vl_config(bare.dump(), kSource).vision.rope_theta, 30000.0);
+  bare["vision_config"]["rope_theta"] = -1.0;
+  expect_parse_error(bare, {"vision_config.rope_theta", "> 0"});
+  expect_parse_error(with(bare, "/vision_config/rope_theta", "1e4"), {"vision_config.rope_theta", "expected a number"});
   // Refusals: what we cannot honour, or a broken value.
   expect_parse_error(with(tf5, "/vision_config/rope_parameters/rope_type", "yarn"),
                      {"vision_config.rope_parameters.rope_type", "unsupported vision RoPE type \"yarn\""});
