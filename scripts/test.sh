@@ -10,6 +10,8 @@ bash scripts/setup.sh
 
 echo "== references: tiny checkpoints written by transformers, fp32 outputs (cached)"
 HF_HUB_OFFLINE=1 "$QHX_PY" tests/reference/build_all.py
+echo "== references: the same tiny configs written and computed by transformers 5.x (cached)"
+HF_HUB_OFFLINE=1 "$QHX_PY_TF5" tests/reference/build_all.py --configs tiny_a_tf5,tiny_b_tf5
 bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 context binaries (docs/qnn.md)
 
 echo "== build (Release)"

@@ -3,8 +3,12 @@
 // transformers writes config.json with save_pretrained(), which leaves out
 // values equal to the class defaults; missing keys therefore take the
 // defaults of transformers' Qwen3VL*Config classes (transformers 4.57), never
-// guesses of ours. Both RoPE spellings are accepted: the 4.57 "rope_scaling" +
-// "rope_theta" and the 5.x "rope_parameters" (with rope_theta inside).
+// guesses of ours. Both lines' spellings are accepted:
+//   - RoPE: the 4.57 "rope_scaling" + "rope_theta" and the 5.x "rope_parameters" (with
+//     rope_theta inside); 5.x also gives the vision tower "rope_parameters"
+//     ({"rope_type": "axial", "rope_theta": 10000.0}), whose theta is honoured;
+//   - vision_config.model_type: "qwen3_vl" (4.57) or "qwen3_vl_vision" (5.x);
+//   - the checkpoint dtype: "dtype" (4.56 and later) or "torch_dtype" (earlier).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +36,7 @@ struct Qwen3VLTextConfig {
   std::int64_t max_position_embeddings = 0;
   bool attention_bias = false;
   bool tie_word_embeddings = false;       // text_config's own flag
+  std::string dtype;                      // text_config's dtype / torch_dtype ("" when absent)
 };
 
 struct Qwen3VLVisionConfig {
@@ -47,6 +52,10 @@ struct Qwen3VLVisionConfig {
   std::int64_t out_hidden_size = 0;
   std::int64_t num_position_embeddings = 0;  // a perfect square (48 x 48 = 2304)
   std::vector<std::int64_t> deepstack_visual_indexes;
+  // The 2-D (axial) vision RoPE: inv_freq[k] = 1 / rope_theta^(4k / head_dim). 4.57 hard-codes
+  // 10000; 5.x reads vision_config.rope_parameters.rope_theta (default 10000).
+  std::string rope_type = "axial";        // "axial" (5.x's "default" means the same)
+  double rope_theta = 10000.0;
 };
 
 struct Qwen3VLConfig {
@@ -55,6 +64,7 @@ struct Qwen3VLConfig {
   std::int64_t vision_start_token_id = 0;
   std::int64_t vision_end_token_id = 0;
   bool tie_word_embeddings = false;       // top-level flag
+  std::string dtype;                      // top-level dtype / torch_dtype ("" when absent)
   Qwen3VLTextConfig text;
   Qwen3VLVisionConfig vision;
 };

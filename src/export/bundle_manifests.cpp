@@ -21,8 +21,8 @@ BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_siz
 
 namespace {
 
-nlohmann::json common(const BundleFiles& f, const std::string& name) {
-  return {{"qhexrt_manifest", kManifestVersion},
+nlohmann::json common(const BundleFiles& f, const std::string& name, const HfDirPlan& hf) {
+  nlohmann::json m = {{"qhexrt_manifest", kManifestVersion},
           {"name", name},
           {"model", "qwen3vl"},
           {"config", "config.json"},
@@ -30,9 +30,9 @@ nlohmann::json common(const BundleFiles& f, const std::string& name) {
           {"chat_template", f.chat_template},
           {"context_length", f.context},
           {"prefill_chunk", f.prefill_chunk},
-          {"max_new_tokens", 256},
-          {"sampling", {{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}},
-          {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}}};
+          {"max_new_tokens", 256}};
+  add_generation_keys(hf, m);  // sampling, stop_tokens, stop_token_ids
+  return m;
 }
 
 // w8 and w4 graphs say how they compute: "int8" (the default, stated so a user
@@ -57,9 +57,11 @@ nlohmann::json table(const std::string& file, const std::string& tensor) { retur
 
 }  // namespace
 
-nlohmann::json vlm_manifest(const BundleFiles& f) {
-  nlohmann::json m = common(f, "qwen3vl-vlm-" + std::to_string(f.image_size) + "-" + f.weights);
-  m["image"] = {{"resize", "fixed"}, {"size", f.image_size}};
+nlohmann::json vlm_manifest(const BundleFiles& f, const HfDirPlan& hf) {
+  nlohmann::json m = common(f, "qwen3vl-vlm-" + std::to_string(f.image_size) + "-" + f.weights, hf);
+  // The seed's fixed resize; the processor's limits for a request that asks for "native".
+  m["image"] = {
+      {"resize", "fixed"}, {"size", f.image_size}, {"min_pixels", hf.min_pixels}, {"max_pixels", hf.max_pixels}};
   m["tables"] = {{"embed", table(f.embed, "model.language_model.embed_tokens.weight")},
                  {"patch_embed", table(f.patch_embed, "model.visual.patch_embed.proj.weight")},
                  {"patch_bias", table(f.patch_bias, "model.visual.patch_embed.proj.bias")},
@@ -72,8 +74,8 @@ nlohmann::json vlm_manifest(const BundleFiles& f) {
   return m;
 }
 
-nlohmann::json text_manifest(const BundleFiles& f) {
-  nlohmann::json m = common(f, "qwen3vl-text-" + std::to_string(f.image_size) + "-" + f.weights);
+nlohmann::json text_manifest(const BundleFiles& f, const HfDirPlan& hf) {
+  nlohmann::json m = common(f, "qwen3vl-text-" + std::to_string(f.image_size) + "-" + f.weights, hf);
   m["tables"] = {{"embed", table(f.embed, "model.language_model.embed_tokens.weight")}};
   m["graphs"] = llm_graphs(f);
   // "mode": "chunked" runs the prompt in prefill_chunk blocks; "decode_over_prompt"

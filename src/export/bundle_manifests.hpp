@@ -1,12 +1,16 @@
 // The two manifests of a bundle: the VLM plan (image -> text, fixed resize to
 // the bundle's image size, as the seed) and the text plan (chat), over the
-// same files.
+// same files. Sampling, stop tokens and the native resize's pixel limits come
+// from the source checkpoint's generation_config.json and preprocessor_config.json
+// (runtime/hf_dir_plan.hpp; today's defaults when it has none).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <string>
+
+#include "runtime/hf_dir_plan.hpp"
 
 namespace qhx {
 
@@ -18,7 +22,7 @@ struct BundleFiles {
 };
 
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size);
-nlohmann::json vlm_manifest(const BundleFiles& f);
-nlohmann::json text_manifest(const BundleFiles& f);
+nlohmann::json vlm_manifest(const BundleFiles& f, const HfDirPlan& hf = {});
+nlohmann::json text_manifest(const BundleFiles& f, const HfDirPlan& hf = {});
 
 }  // namespace qhx

@@ -117,6 +117,8 @@ ExportSummary export_bundle(const ExportOptions& o) {
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
          ")");
   const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+  // Before any file is written: a broken generation or preprocessor config stops the export.
+  const HfDirPlan hf = hf_dir_plan(o.hf_dir);
   const Checkpoint ck = Checkpoint::open(o.hf_dir);
   if (!std::filesystem::exists(o.hf_dir / "tokenizer.json")) fail(o.hf_dir.string(), ": no tokenizer.json");
   std::filesystem::create_directories(o.out_dir);
@@ -187,8 +189,8 @@ ExportSummary export_bundle(const ExportOptions& o) {
   const std::string size = std::to_string(o.image_size);
   s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
   s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
-  write_json(s.vlm_manifest, vlm_manifest(files));
-  write_json(s.text_manifest, text_manifest(files));
+  write_json(s.vlm_manifest, vlm_manifest(files, hf));
+  write_json(s.text_manifest, text_manifest(files, hf));
   for (const auto& f : {files.vision, files.llm, files.lm_head, files.embed, files.patch_embed, files.patch_bias,
                         files.pos_embed, std::string("tokenizer.json"), std::string("config.json"),
                         s.vlm_manifest.filename().string(), s.text_manifest.filename().string()})

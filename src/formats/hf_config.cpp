@@ -55,6 +55,10 @@ constexpr std::int64_t temporal_patch_size = 2;
 constexpr std::int64_t out_hidden_size = 3584;
 constexpr std::int64_t num_position_embeddings = 2304;
 const std::vector<std::int64_t> deepstack_visual_indexes = {8, 16, 24};
+// 4.57's Qwen3VLVisionRotaryEmbedding hard-codes theta 10000; 5.x's vision config
+// defaults to rope_type "axial" and the base class's default_theta 10000.
+constexpr const char* rope_type = "axial";
+constexpr double rope_theta = 10000.0;
 }  // namespace vision_default
 
 namespace top_default {
@@ -66,11 +70,32 @@ constexpr bool tie_word_embeddings = false;
 }  // namespace top_default
 
 // A model_type other than ours (e.g. "qwen3_vl_moe") would parse into a
-// plausible-looking struct for a model this runtime cannot run.
-void check_model_type(const Section& s, const char* expected) {
+// plausible-looking struct for a model this runtime cannot run. `also` is a
+// second accepted spelling (nullptr: none).
+void check_model_type(const Section& s, const char* expected, const char* also = nullptr) {
   const std::string model_type = s.string("model_type", expected);
-  if (model_type != expected)
-    s.fail_at("model_type", cat("is \"", model_type, "\", expected \"", expected, "\" (unsupported model)"));
+  if (model_type == expected || (also != nullptr && model_type == also)) return;
+  s.fail_at("model_type", also == nullptr
+                              ? cat("is \"", model_type, "\", expected \"", expected, "\" (unsupported model)")
+                              : cat("is \"", model_type, "\", expected \"", expected, "\" or \"", also,
+                                    "\" (unsupported model)"));
+}
+
+// "dtype" (transformers >= 4.56) or "torch_dtype" (earlier); both may be
+// present in a file converted by hand, and must then agree. The tensors'
+// own dtypes (safetensors) are what the runtime reads; this is checked so a
+// broken value is reported, not silently kept.
+std::string parse_dtype(const Section& s) {
+  const bool has_new = s.has_value("dtype"), has_old = s.has_value("torch_dtype");
+  const std::string d = has_new ? s.string("dtype", "") : "";
+  const std::string td = has_old ? s.string("torch_dtype", "") : "";
+  if (has_new && has_old && d != td)
+    s.fail_at("torch_dtype", cat("is \"", td, "\" but dtype is \"", d, "\"; cannot tell which one applies"));
+  const std::string v = has_new ? d : td;
+  if (!v.empty() && v != "float32" && v != "bfloat16" && v != "float16")
+    s.fail_at(has_new ? "dtype" : "torch_dtype",
+              cat("unsupported dtype \"", v, "\" (expected \"float32\", \"bfloat16\" or \"float16\")"));
+  return v;
 }
 
 // Fills rope_type, rope_theta, mrope_section and mrope_interleaved from either
@@ -88,7 +113,11 @@ void parse_rope(const Section& text, Qwen3VLTextConfig& t) {
   const double outer_theta = text.number("rope_theta", text_default::rope_theta);
   const Section rope = text.object(has_scaling ? "rope_scaling" : "rope_parameters");
   // rope_parameters carries its own rope_theta; older 5.x files may still keep
-  // it one level up.
+  // it one level up. With neither, the two lines disagree (4.57's class
+  // default is 5e6, 5.x's Qwen3VLTextConfig.default_theta 5e5), so refuse.
+  if (has_parameters && rope.find("rope_theta") == nullptr && text.find("rope_theta") == nullptr)
+    rope.fail_at("rope_theta",
+                 "missing (transformers 5.x would take 500000, 4.57 5000000; write the value explicitly)");
   t.rope_theta = has_parameters ? rope.number("rope_theta", outer_theta) : outer_theta;
   // "type" is the pre-4.3x spelling of "rope_type".
   t.rope_type = rope.find("rope_type") != nullptr ? rope.string("rope_type", text_default::rope_type)
@@ -116,12 +145,38 @@ Qwen3VLTextConfig parse_text(const Section& s) {
   t.max_position_embeddings = s.integer("max_position_embeddings", text_default::max_position_embeddings);
   t.attention_bias = s.boolean("attention_bias", text_default::attention_bias);
   t.tie_word_embeddings = s.boolean("tie_word_embeddings", text_default::tie_word_embeddings);
+  t.dtype = parse_dtype(s);
   parse_rope(s, t);
   return t;
 }
 
+// 5.x's vision rope_parameters: {"rope_type": "axial", "rope_theta": 10000.0}.
+// Qwen3VLVisionRotaryEmbedding builds inv_freq from rope_theta and raises on
+// any rope_type but "axial" (a "default" in the file is turned into "axial"
+// when the config loads). 4.57 writes no such key and uses theta 10000.
+void parse_vision_rope(const Section& s, Qwen3VLVisionConfig& v) {
+  if (s.has_value("rope_scaling"))
+    s.fail_at("rope_scaling", "the vision tower takes no RoPE scaling (transformers' axial vision RoPE has none)");
+  const auto theta_from = [&v](const Section& sec) {
+    v.rope_theta = sec.number("rope_theta", v.rope_theta);
+    if (!std::isfinite(v.rope_theta) || v.rope_theta <= 0)
+      sec.fail_at("rope_theta", cat("must be a finite number > 0, got ", v.rope_theta));
+  };
+  // A bare vision_config.rope_theta: 5.x moves it into rope_parameters when the config loads.
+  if (s.find("rope_theta") != nullptr) theta_from(s);
+  if (!s.has_value("rope_parameters")) return;
+  const Section rope = s.object("rope_parameters");
+  const char* type_key = rope.find("rope_type") != nullptr ? "rope_type" : "type";
+  v.rope_type = rope.string(type_key, vision_default::rope_type);
+  if (v.rope_type == "default") v.rope_type = "axial";
+  if (v.rope_type != "axial")
+    rope.fail_at(type_key,
+                 cat("unsupported vision RoPE type \"", v.rope_type, "\" (only \"axial\", or \"default\" meaning it)"));
+  theta_from(rope);
+}
+
 Qwen3VLVisionConfig parse_vision(const Section& s) {
-  check_model_type(s, "qwen3_vl");
+  check_model_type(s, "qwen3_vl", "qwen3_vl_vision");
   Qwen3VLVisionConfig v;
   v.depth = s.integer("depth", vision_default::depth);
   v.hidden_size = s.integer("hidden_size", vision_default::hidden_size);
@@ -135,6 +190,7 @@ Qwen3VLVisionConfig parse_vision(const Section& s) {
   v.out_hidden_size = s.integer("out_hidden_size", vision_default::out_hidden_size);
   v.num_position_embeddings = s.integer("num_position_embeddings", vision_default::num_position_embeddings);
   v.deepstack_visual_indexes = s.integer_list("deepstack_visual_indexes", vision_default::deepstack_visual_indexes);
+  parse_vision_rope(s, v);
   return v;
 }
 
@@ -214,6 +270,9 @@ void validate_vision(const Checker& c, const Qwen3VLVisionConfig& v, const Qwen3
             cat("must be >= 1, got ", v.spatial_merge_size));
   c.require(v.hidden_size % v.num_heads == 0, "vision_config.num_heads",
             cat(v.num_heads, " does not divide hidden_size ", v.hidden_size));
+  // head_dim / 2 angles per patch (half row, half column), each from head_dim / 4 frequencies.
+  c.require((v.hidden_size / v.num_heads) % 4 == 0, "vision_config.num_heads",
+            cat("the vision head dim ", v.hidden_size / v.num_heads, " must be a multiple of 4 for the 2-D RoPE"));
   c.require(v.hidden_act == "gelu_pytorch_tanh", "vision_config.hidden_act",
             cat("unsupported activation \"", v.hidden_act, "\" (only \"gelu_pytorch_tanh\")"));
   // Position embeddings are a square grid that gets interpolated to each image.
@@ -268,6 +327,7 @@ Qwen3VLConfig parse_qwen3vl_config(std::string_view json_text, std::string_view 
   cfg.vision_start_token_id = top.integer("vision_start_token_id", top_default::vision_start_token_id);
   cfg.vision_end_token_id = top.integer("vision_end_token_id", top_default::vision_end_token_id);
   cfg.tie_word_embeddings = top.boolean("tie_word_embeddings", top_default::tie_word_embeddings);
+  cfg.dtype = parse_dtype(top);
   cfg.text = parse_text(top.object("text_config"));
   cfg.vision = parse_vision(top.object("vision_config"));
 

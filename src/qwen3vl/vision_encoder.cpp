@@ -120,11 +120,12 @@ void VisionEncoder::init(const GraphBlob& blob) {
     cpu::prepare(plan, m->fc2.w);
   }
   if (blob.image_patches > 0) size_scratch(blob.image_patches);
-  // Rotary over head_dim/2 dimensions, half for the row and half for the column: theta 10000.
+  // Rotary over head_dim/2 dimensions, half for the row and half for the column, with the
+  // config's vision theta (10000: 4.57 hard-codes it, 5.x reads vision_config.rope_parameters).
   const std::int64_t dim = head_dim_ / 2;
   for (std::int64_t i = 0; i < dim / 2; ++i)
     inv_freq_.push_back(static_cast<float>(
-        1.0 / std::pow(10000.0, static_cast<double>(static_cast<float>(2 * i) / static_cast<float>(dim)))));
+        1.0 / std::pow(cfg_.rope_theta, static_cast<double>(static_cast<float>(2 * i) / static_cast<float>(dim)))));
 }
 
 // cos/sin [n, head_dim]: for the patch at (row, col) the angles are
@@ -193,6 +194,10 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
     fail("graph \"", name_, "\": outputs must have ", n / (m * m), " rows");
 
   rope_tables(grid, n, s_.cos, s_.sin);
+  if (debug::dumping()) {
+    debug::dump("vision.rope_cos", s_.cos.data(), {n, head_dim_});
+    debug::dump("vision.rope_sin", s_.sin.data(), {n, head_dim_});
+  }
   const float *cos = s_.cos.data(), *sin = s_.sin.data();
   const auto N = static_cast<std::size_t>(n), H = static_cast<std::size_t>(h);
   size_scratch(n);

@@ -11,6 +11,7 @@
 
 #include "common/json_section.hpp"
 #include "common/mapped_file.hpp"
+#include "runtime/hf_dir_plan.hpp"
 
 namespace qhx {
 namespace {
@@ -76,7 +77,7 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
                                        kManifestVersion, ")"));
   reject_unknown_keys(top, root,
                       {"qhexrt_manifest", "name", "model", "config", "tokenizer", "chat_template", "context_length",
-                       "prefill_chunk", "max_new_tokens", "sampling", "stop_tokens", "image", "graphs", "tables",
+                       "prefill_chunk", "max_new_tokens", "sampling", "stop_tokens", "stop_token_ids", "image", "graphs", "tables",
                        "stages"});
 
   m.name = top.string("name", "");
@@ -104,6 +105,15 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     }
   } else {
     m.stop_tokens = {"<|im_end|>", "<|endoftext|>"};
+  }
+  if (const Json* ids = top.find("stop_token_ids")) {
+    if (m.version < 4)
+      top.fail_at("stop_token_ids", cat("needs qhexrt_manifest >= 4 (this plan says ", m.version, ")"));
+    if (!ids->is_array()) top.fail_at("stop_token_ids", cat("expected an array of token ids, got ", describe(*ids)));
+    m.stop_token_ids = top.integer_list("stop_token_ids", {});
+    for (std::size_t i = 0; i < m.stop_token_ids.size(); ++i)
+      if (m.stop_token_ids[i] < 0)
+        top.fail_at(cat("stop_token_ids[", i, "]"), cat("must be >= 0, got ", m.stop_token_ids[i]));
   }
 
   if (top.has_value("image")) {
@@ -209,7 +219,9 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
                                           ? "model.safetensors"
                                           : "model.safetensors.index.json")).string();
   const std::string config = (dir / "config.json").string();
-  const Json j = {
+  // The directory's own generation_config.json and preprocessor_config.json, when present.
+  const HfDirPlan hf = hf_dir_plan(dir);
+  Json j = {
       {"qhexrt_manifest", kManifestVersion},
       {"name", "hf-f32-cpu"},
       {"model", "qwen3vl"},
@@ -219,10 +231,7 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
       {"context_length", 4096},
       {"prefill_chunk", 320},
       {"max_new_tokens", 256},
-      // generation_config.json of Qwen3-VL-Instruct (HF generate's defaults for this model).
-      {"sampling", {{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}},
-      {"stop_tokens", {"<|im_end|>", "<|endoftext|>"}},
-      {"image", {{"resize", "native"}, {"min_pixels", 65536}, {"max_pixels", 16777216}}},
+      {"image", {{"resize", "native"}, {"min_pixels", hf.min_pixels}, {"max_pixels", hf.max_pixels}}},
       {"tables",
        {{"embed", {{"file", weights}, {"tensor", "model.language_model.embed_tokens.weight"}}},
         {"patch_embed", {{"file", weights}, {"tensor", "model.visual.patch_embed.proj.weight"}}},
@@ -237,6 +246,9 @@ Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
           {"weights", weights},
           {"tensor", {"lm_head.weight", "model.language_model.embed_tokens.weight"}}}}}},
       {"stages", qwen3vl_vlm_stages()}};
+  // sampling, stop_tokens (and stop_token_ids): the directory's generation_config.json, else
+  // Qwen3-VL-Instruct's (HF generate's defaults for this model).
+  add_generation_keys(hf, j);
   return parse_manifest(j.dump(), (dir / "(default plan)").string(), dir);
 }
 

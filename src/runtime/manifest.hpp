@@ -63,6 +63,7 @@ struct Manifest {
   std::int64_t max_new_tokens = 0;  // default for a request
   SamplingParams sampling;
   std::vector<std::string> stop_tokens;
+  std::vector<std::int64_t> stop_token_ids;  // version 4: ids that also end generation
   ManifestImage image;
   std::map<std::string, ManifestGraph> graphs;
   std::map<std::string, ManifestTable> tables;

@@ -144,6 +144,78 @@ constexpr const char* kSavePretrainedSmall = R"json({
 }
 )json";
 
+// Written by transformers 5.24.0 save_pretrained for tests/reference's tiny_b (the
+// Qwen3VLConfig(**tiny_configs.get("tiny_b")) of make_checkpoint.py, cast to bf16). Against 4.57:
+// vision_config.model_type "qwen3_vl_vision", vision rope_parameters, text rope_parameters with
+// rope_theta inside, a top-level dtype and text_config.pad_token_id null.
+constexpr const char* kSavePretrainedTf5 = R"json({
+  "architectures": [
+    "Qwen3VLForConditionalGeneration"
+  ],
+  "dtype": "bfloat16",
+  "image_token_id": 151655,
+  "model_type": "qwen3_vl",
+  "text_config": {
+    "attention_bias": false,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "dtype": "bfloat16",
+    "eos_token_id": 151645,
+    "head_dim": 32,
+    "hidden_act": "silu",
+    "hidden_size": 96,
+    "initializer_range": 0.02,
+    "intermediate_size": 160,
+    "max_position_embeddings": 262144,
+    "model_type": "qwen3_vl_text",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 3,
+    "num_key_value_heads": 2,
+    "pad_token_id": null,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {
+      "mrope_interleaved": true,
+      "mrope_section": [
+        6,
+        5,
+        5
+      ],
+      "rope_theta": 5000000.0,
+      "rope_type": "default"
+    },
+    "tie_word_embeddings": true,
+    "use_cache": true,
+    "vocab_size": 151936
+  },
+  "tie_word_embeddings": true,
+  "transformers_version": "5.24.0",
+  "video_token_id": 151656,
+  "vision_config": {
+    "deepstack_visual_indexes": [
+      1
+    ],
+    "depth": 3,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_size": 64,
+    "in_channels": 3,
+    "initializer_range": 0.02,
+    "intermediate_size": 128,
+    "model_type": "qwen3_vl_vision",
+    "num_heads": 1,
+    "num_position_embeddings": 2304,
+    "out_hidden_size": 96,
+    "patch_size": 16,
+    "rope_parameters": {
+      "rope_theta": 10000.0,
+      "rope_type": "axial"
+    },
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2
+  },
+  "vision_end_token_id": 151653,
+  "vision_start_token_id": 151652
+})json";
+
 constexpr const char* kSource = "/models/qwen/config.json";
 
 Json real_2b() { return Json::parse(kQwen3VL2B); }
@@ -475,4 +547,136 @@ TEST(HfConfig, EmptyDeepstackIsAllowed) {
   const auto c =
       qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/deepstack_visual_indexes", Json::array()).dump(), kSource);
   EXPECT_TRUE(c.vision.deepstack_visual_indexes.empty());
+}
+
+// ---------------------------------------------------------------------------
+// transformers 5.x spellings
+
+TEST(HfConfig, WhatTransformers5SavePretrainedWrites) {
+  const auto c = qhx::parse_qwen3vl_config(kSavePretrainedTf5, kSource);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.text.tie_word_embeddings);
+  EXPECT_EQ(c.dtype, "bfloat16");
+  EXPECT_EQ(c.text.dtype, "bfloat16");
+  EXPECT_EQ(c.text.hidden_size, 96);
+  EXPECT_EQ(c.text.head_dim, 32);
+  EXPECT_EQ(c.text.num_key_value_heads, 2);
+  EXPECT_DOUBLE_EQ(c.text.rope_theta, 5000000.0);
+  EXPECT_EQ(c.text.rope_type, "default");
+  EXPECT_EQ(c.text.mrope_section, (std::vector<std::int64_t>{6, 5, 5}));
+  EXPECT_EQ(c.vision.depth, 3);
+  EXPECT_EQ(c.vision.num_heads, 1);
+  EXPECT_EQ(c.vision.deepstack_visual_indexes, (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(c.vision.rope_type, "axial");
+  EXPECT_DOUBLE_EQ(c.vision.rope_theta, 10000.0);
+}
+
+TEST(HfConfig, VisionModelTypeBothSpellings) {
+  EXPECT_EQ(qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/model_type", "qwen3_vl_vision").dump(), kSource)
+                .vision.depth,
+            24);
+  EXPECT_EQ(qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/model_type", "qwen3_vl").dump(), kSource)
+                .vision.depth,
+            24);
+  Json j = Json::parse(kSavePretrainedTf5);
+  j["vision_config"]["model_type"] = "qwen3_vl";  // what 4.57 writes; 5.x loads it too
+  EXPECT_EQ(qhx::parse_qwen3vl_config(j.dump(), kSource).vision.depth, 3);
+  expect_parse_error(with(real_2b(), "/vision_config/model_type", "qwen3_vl_moe_vision"),
+                     {"vision_config.model_type", "\"qwen3_vl_moe_vision\"", "\"qwen3_vl_vision\""});
+  expect_parse_error(with(real_2b(), "/vision_config/model_type", "qwen3_vl_text"), {"vision_config.model_type"});
+  expect_parse_error(with(Json::parse(kSavePretrainedTf5), "/text_config/model_type", "qwen3_vl_vision"),
+                     {"text_config.model_type", "expected \"qwen3_vl_text\""});
+}
+
+TEST(HfConfig, VisionRopeParameters) {
+  // 4.57 files have none: theta 10000, as 4.57 hard-codes.
+  EXPECT_DOUBLE_EQ(qhx::parse_qwen3vl_config(kQwen3VL2B, kSource).vision.rope_theta, 10000.0);
+  EXPECT_EQ(qhx::parse_qwen3vl_config(kQwen3VL2B, kSource).vision.rope_type, "axial");
+  const Json tf5 = Json::parse(kSavePretrainedTf5);
+  // The theta is honoured, not assumed.
+  EXPECT_DOUBLE_EQ(
+      qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters/rope_theta", 20000.0).dump(), kSource)
+          .vision.rope_theta,
+      20000.0);
+  EXPECT_DOUBLE_EQ(
+      qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters/rope_theta", 1000).dump(), kSource)
+          .vision.rope_theta,
+      1000.0);
+  // Absent theta: 5.x's default_theta 10000; "default" is turned into "axial" by 5.x's config.
+  EXPECT_DOUBLE_EQ(
+      qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters/rope_theta", kRemove).dump(), kSource)
+          .vision.rope_theta,
+      10000.0);
+  EXPECT_EQ(qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters/rope_type", "default").dump(), kSource)
+                .vision.rope_type,
+            "axial");
+  EXPECT_EQ(qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters", nullptr).dump(), kSource)
+                .vision.rope_theta,
+            10000.0);
+  // A bare vision rope_theta (5.x moves it into rope_parameters when the config loads).
+  Json bare = with(tf5, "/vision_config/rope_parameters", kRemove);
+  bare["vision_config"]["rope_theta"] = 30000.0;
+  EXPECT_DOUBLE_EQ(qhx::parse_qwen3vl_config(bare.dump(), kSource).vision.rope_theta, 30000.0);
+  bare["vision_config"]["rope_theta"] = -1.0;
+  expect_parse_error(bare, {"vision_config.rope_theta", "> 0"});
+  expect_parse_error(with(bare, "/vision_config/rope_theta", "1e4"), {"vision_config.rope_theta", "expected a number"});
+  // Refusals: what we cannot honour, or a broken value.
+  expect_parse_error(with(tf5, "/vision_config/rope_parameters/rope_type", "yarn"),
+                     {"vision_config.rope_parameters.rope_type", "unsupported vision RoPE type \"yarn\""});
+  expect_parse_error(with(tf5, "/vision_config/rope_parameters/rope_type", 1),
+                     {"vision_config.rope_parameters.rope_type", "expected a string"});
+  expect_parse_error(with(tf5, "/vision_config/rope_parameters/rope_theta", 0.0),
+                     {"vision_config.rope_parameters.rope_theta", "> 0"});
+  expect_parse_error(with(tf5, "/vision_config/rope_parameters/rope_theta", -10000.0),
+                     {"vision_config.rope_parameters.rope_theta", "> 0"});
+  expect_parse_error(with(tf5, "/vision_config/rope_parameters/rope_theta", "10000"),
+                     {"vision_config.rope_parameters.rope_theta", "expected a number"});
+  expect_parse_error(with(tf5, "/vision_config/rope_parameters", "axial"),
+                     {"vision_config.rope_parameters", "expected an object"});
+  expect_parse_error(with(tf5, "/vision_config/rope_scaling", Json{{"rope_type", "linear"}, {"factor", 2.0}}),
+                     {"vision_config.rope_scaling", "no RoPE scaling"});
+  // The 2-D RoPE splits each head in four: hidden 36 / 3 heads = 12 works, 6 heads = 6 does not.
+  Json odd = tf5;
+  odd["vision_config"]["hidden_size"] = 36;
+  odd["vision_config"]["num_heads"] = 6;
+  expect_parse_error(odd, {"vision_config.num_heads", "vision head dim 6", "multiple of 4"});
+  odd["vision_config"]["num_heads"] = 3;
+  EXPECT_EQ(qhx::parse_qwen3vl_config(odd.dump(), kSource).vision.num_heads, 3);
+}
+
+TEST(HfConfig, TextRopeParametersWithoutThetaIsRefused) {
+  // 5.x would take its default_theta 500000 here and 4.57 its 5000000: no silent pick.
+  expect_parse_error(with(Json::parse(kSavePretrainedTf5), "/text_config/rope_parameters/rope_theta", kRemove),
+                     {"text_config.rope_parameters.rope_theta", "missing", "500000", "5000000"});
+  // One level up is still read (early 5.x files).
+  Json j = with(Json::parse(kSavePretrainedTf5), "/text_config/rope_parameters/rope_theta", kRemove);
+  j["text_config"]["rope_theta"] = 1000000.0;
+  EXPECT_DOUBLE_EQ(qhx::parse_qwen3vl_config(j.dump(), kSource).text.rope_theta, 1000000.0);
+}
+
+TEST(HfConfig, DtypeAndTorchDtype) {
+  const Json tf5 = Json::parse(kSavePretrainedTf5);
+  EXPECT_EQ(qhx::parse_qwen3vl_config(kSavePretrainedSmall, kSource).dtype, "");  // absent
+  // The older spelling alone, at either level.
+  Json old = with(with(tf5, "/dtype", kRemove), "/text_config/dtype", kRemove);
+  old["torch_dtype"] = "float32";
+  old["text_config"]["torch_dtype"] = "float16";
+  const auto c = qhx::parse_qwen3vl_config(old.dump(), kSource);
+  EXPECT_EQ(c.dtype, "float32");
+  EXPECT_EQ(c.text.dtype, "float16");
+  // Both spellings: they must agree.
+  Json both = tf5;
+  both["torch_dtype"] = "bfloat16";
+  EXPECT_EQ(qhx::parse_qwen3vl_config(both.dump(), kSource).dtype, "bfloat16");
+  both["torch_dtype"] = "float32";
+  expect_parse_error(both, {"torch_dtype", "\"float32\"", "dtype is \"bfloat16\""});
+  both = tf5;
+  both["text_config"]["torch_dtype"] = "float16";
+  expect_parse_error(both, {"text_config.torch_dtype", "cannot tell which one applies"});
+  // Broken values.
+  expect_parse_error(with(tf5, "/dtype", "int8"), {"dtype", "unsupported dtype \"int8\""});
+  expect_parse_error(with(tf5, "/text_config/dtype", 16), {"text_config.dtype", "expected a string"});
+  expect_parse_error(with(old, "/torch_dtype", "float64"), {"torch_dtype", "unsupported dtype \"float64\""});
+  // null is absent (what save_pretrained writes for an unset dtype).
+  EXPECT_EQ(qhx::parse_qwen3vl_config(with(tf5, "/dtype", nullptr).dump(), kSource).dtype, "");
 }

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "qhexrt/tokenizer.hpp"
 
@@ -68,7 +70,7 @@ inline std::string read_file(const std::filesystem::path& p) {
 
 // Asserts that `fn` throws qhx::Error whose message contains every fragment.
 template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
+void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
   try {
     fn();
     ADD_FAILURE() << "expected qhx::Error";
@@ -76,6 +78,10 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
     const std::string msg = e.what();
     for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "message: " << msg << "\nlacks: " << f;
   }
+}
+template <typename Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
+  expect_error(std::forward<Fn>(fn), std::vector<std::string>(fragments));
 }
 
 }  // namespace qhx::test

@@ -5,6 +5,9 @@ needs no resize, one resized in native mode, text before and after an image, two
 prompt), qhx_generate runs greedy on the checkpoint directory and must match:
   - pixel values bit-exact (the fast processor's formula, spec §3.4), the resized image included;
   - the vision tower output and each DeepStack feature: cosine >= 0.99999 per row;
+  - for the transformers 5.x configs, the vision RoPE tables within 1e-6 (5.x reads their theta
+    from the config; tiny_b_tf5's is 20000, not the 10000 4.57 hard-codes; the random towers'
+    outputs are too insensitive to the RoPE to show a wrong theta within their bounds);
   - position ids and rope_delta identical;
   - prompt logits cosine >= 0.99999 per row (and max abs error <= 1e-4);
   - the 32-token greedy continuation identical, and every decode step's logits within the bounds.
@@ -26,10 +29,11 @@ from conftest import REPO_ROOT, check_close, tool_path
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
 
-CONFIGS = ["tiny_a", "tiny_b"]
+CONFIGS = ["tiny_a", "tiny_b", "tiny_a_tf5", "tiny_b_tf5"]  # _tf5: written and computed by transformers 5.x
 CASES = ["img512", "img256x320", "img300x200_native", "text_around", "two_images"]
 COSINE_MIN = 0.99999
 MAX_ABS = 1e-4
+ROPE_MAX_ABS = 1e-6  # cos/sin of the same f32 angles: a few f32 ulps apart at most
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +83,12 @@ def test_matches_transformers(references, config, case, tmp_path):
     px = d("vision.pixel_values")
     assert np.array_equal(px, ref["pixel_values_fast"]), \
         f"pixel values differ by {np.abs(px - ref['pixel_values_fast']).max()}"
+    if config.endswith("_tf5"):
+        for t in ("vision.rope_cos", "vision.rope_sin"):
+            ours, want = d(t), ref[t]
+            assert ours.shape == want.shape, f"{t}: shape {ours.shape}, transformers {want.shape}"
+            err = float(np.abs(ours.astype(np.float64) - want).max())
+            assert err <= ROPE_MAX_ABS, f"{config}/{case} {t}: max abs error {err:.3g} > {ROPE_MAX_ABS}"
     check(d("vision.merger"), ref["vision.merger"], f"{config}/{case} vision tower", max_abs=None)
     k = 0
     while f"vision.deepstack{k}" in ref:

@@ -25,6 +25,7 @@ if str(REF_DIR) not in sys.path:
     sys.path.insert(0, str(REF_DIR))
 
 TINY = ("tiny_a", "tiny_b")
+TF5 = ("tiny_a_tf5", "tiny_b_tf5")  # the same configs, written and computed by transformers 5.x
 CASES = ("chat_capital", "raw_13", "chat_system", "long_chat")
 EOS = (151645, 151643)
 MAX_NEW = 32
@@ -235,7 +236,7 @@ def references(tokenizer_json: Path) -> dict[str, dict[str, Any]]:
     import build_all
 
     out = {}
-    for name in TINY:
+    for name in TINY + TF5:
         man = build_all.ensure_reference(name, cache_dir(), log=lambda *_: None)
         out[name] = {"manifest": man, "dir": build_all.reference_dir(name, cache_dir())}
     return out
@@ -254,7 +255,7 @@ def _load_case(ref_dir: Path, case: str) -> tuple[dict[str, Any], dict[str, Any]
 # tests on the real references
 
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + TF5)
 def test_checkpoint_tensors(references, name):
     import tiny_configs
 
@@ -287,7 +288,7 @@ def test_checkpoint_config_files(references, name):
     assert (ck / "tokenizer.json").stat().st_size > 1_000_000
 
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + TF5)
 @pytest.mark.parametrize("case", CASES)
 def test_text_case(references, name, case):
     import torch
@@ -306,6 +307,46 @@ def test_text_case(references, name, case):
     problems = check_hidden_semantics(t, embed, norm_w, cfg["rms_norm_eps"], cfg["num_hidden_layers"])
     assert not problems, "\n".join(problems)
     assert torch.all(t["top2_margin"] > 0), "an exact tie in a greedy step"
+
+
+@pytest.mark.parametrize("name", TF5)
+def test_tf5_checkpoint_config_files(references, name):
+    """What transformers 5.x's save_pretrained writes (the spellings QHexRT's config reader
+    accepts, tests/cpp/test_hf_config.cpp), and the 5.x processor file."""
+    import tiny_configs
+
+    ck = references[name]["dir"] / "checkpoint"
+    cfg = json.loads((ck / "config.json").read_text())
+    want = tiny_configs.get(name)
+    assert cfg["transformers_version"].startswith("5.")
+    assert cfg["tie_word_embeddings"] is True and cfg["text_config"]["tie_word_embeddings"] is True
+    assert cfg["dtype"] == "bfloat16" and cfg["text_config"]["dtype"] == "bfloat16"
+    assert cfg["vision_config"]["model_type"] == "qwen3_vl_vision"
+    assert cfg["text_config"]["model_type"] == "qwen3_vl_text"
+    assert "rope_scaling" not in cfg["text_config"] and "rope_theta" not in cfg["text_config"]
+    assert cfg["text_config"]["rope_parameters"] == {**want["text_config"]["rope_scaling"], "rope_theta": 5000000.0}
+    theta = tiny_configs.TF5_VISION_ROPE.get(name, {}).get("rope_theta", 10000.0)
+    assert cfg["vision_config"]["rope_parameters"] == {"rope_type": "axial", "rope_theta": theta}
+    skip = {"model_type", "rope_scaling", "rope_theta", "rope_parameters"}
+    for sub in ("text_config", "vision_config"):
+        for k, v in want[sub].items():
+            if k not in skip:
+                assert cfg[sub].get(k) == v, f"{sub}.{k}: {cfg[sub].get(k)!r} != {v!r}"
+    pre = json.loads((ck / "preprocessor_config.json").read_text())
+    assert pre["size"] == {"longest_edge": 16777216, "shortest_edge": 65536}
+    assert "min_pixels" not in pre and pre["image_processor_type"] == "Qwen2VLImageProcessorPil"
+    assert references[name]["manifest"]["versions"]["transformers"].startswith("5.")
+
+
+def test_tf5_tiny_a_has_tiny_a_weights(references):
+    """Same config dict, seed and recipe: 5.x's save_pretrained wrote the very tensors 4.57 did."""
+    from safetensors import safe_open
+
+    files = [references[n]["dir"] / "checkpoint" / "model.safetensors" for n in ("tiny_a", "tiny_a_tf5")]
+    with safe_open(str(files[0]), framework="pt") as a, safe_open(str(files[1]), framework="pt") as b:
+        assert sorted(a.keys()) == sorted(b.keys())
+        for k in a.keys():
+            assert a.get_tensor(k).equal(b.get_tensor(k)), k
 
 
 def test_chat_capital_ids(references):
@@ -571,9 +612,10 @@ def spec_pos_embed(table, grids: list[list[int]], side: int = 48):
     return np.concatenate(out)
 
 
-def expected_image_tensors(cfg: dict[str, Any], n_images: int, N: int, L: int, n: int
+def expected_image_tensors(cfg: dict[str, Any], n_images: int, N: int, L: int, n: int, tf5: bool = False
                            ) -> dict[str, tuple[list[int] | None, str]]:
-    """name -> (shape or None when image-dependent, dtype) for an image reference."""
+    """name -> (shape or None when image-dependent, dtype) for an image reference (tf5: one
+    built by transformers 5.x, which also records the vision RoPE tables)."""
     t, v = cfg["text_config"], cfg["vision_config"]
     hv, o, h, V = v["hidden_size"], v["out_hidden_size"], t["hidden_size"], t["vocab_size"]
     out: dict[str, tuple[list[int] | None, str]] = {
@@ -586,6 +628,10 @@ def expected_image_tensors(cfg: dict[str, Any], n_images: int, N: int, L: int, n
         "prompt_logits": ([L, V], "float32"), "greedy_tokens": ([n], "int64"),
         "step_logits": ([n, V], "float32"), "top2_margin": ([n], "float32"),
     }
+    if tf5:
+        hd = hv // v["num_heads"]
+        out["vision.rope_cos"] = ([N, hd], "float32")
+        out["vision.rope_sin"] = ([N, hd], "float32")
     for j in range(n_images):
         out[f"image{j}.input_rgb"] = (None, "uint8")
         out[f"image{j}.resized_rgb"] = (None, "uint8")
@@ -599,7 +645,7 @@ def expected_image_tensors(cfg: dict[str, Any], n_images: int, N: int, L: int, n
 
 
 def check_image_case(t: dict[str, Any], meta: dict[str, Any], case: str, cfg: dict[str, Any],
-                     images_dir: Path | None = None) -> list[str]:
+                     images_dir: Path | None = None, tf5: bool = False) -> list[str]:
     """Names/shapes/dtypes, grids (§3.2 table), resized pixels, pads between vision_start and
     vision_end (§8), positions (§6), pixel_values_fast (§3.4/3.6) vs pixel_values,
     argmax(step_logits) == greedy tokens, JSON consistency. t holds numpy arrays."""
@@ -612,7 +658,7 @@ def check_image_case(t: dict[str, Any], meta: dict[str, Any], case: str, cfg: di
             return [f"{k} missing"]
     L, n = int(t["input_ids"].shape[0]), int(t["greedy_tokens"].shape[0])
     N = int(t["pixel_values"].shape[0])
-    want = expected_image_tensors(cfg, len(files), N, L, n)
+    want = expected_image_tensors(cfg, len(files), N, L, n, tf5)
     if set(t) != set(want):
         problems.append(f"tensor names: missing {sorted(set(want) - set(t))}, "
                         f"extra {sorted(set(t) - set(want))}")
@@ -718,10 +764,37 @@ def check_image_case(t: dict[str, Any], meta: dict[str, Any], case: str, cfg: di
     return problems
 
 
-def check_image_semantics(t: dict[str, Any], cfg: dict[str, Any], w: dict[str, Any]) -> list[str]:
+def spec_vision_rope(grids: list[list[int]], head_dim: int, theta: float):
+    """Spec §4.3's cos/sin tables [N, head_dim] in float64: inv_freq[k] = theta^(-4k/head_dim),
+    angles [row·inv_freq, col·inv_freq] twice, rows in the 2x2 merge-window order."""
+    import numpy as np
+
+    q = head_dim // 4
+    inv = 1.0 / theta ** (np.arange(q, dtype=np.float64) * 4 / head_dim)
+    rows = []
+    for t, gh, gw in grids:
+        r, c = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+        r = r.reshape(gh // 2, 2, gw // 2, 2).transpose(0, 2, 1, 3).reshape(-1)
+        c = c.reshape(gh // 2, 2, gw // 2, 2).transpose(0, 2, 1, 3).reshape(-1)
+        ang = np.concatenate([r[:, None] * inv, c[:, None] * inv], axis=1)
+        rows.append(np.tile(np.concatenate([ang, ang], axis=1), (t, 1)))
+    a = np.concatenate(rows)
+    return np.cos(a), np.sin(a)
+
+
+# transformers 5.24 interpolates the position embedding with a closed-form source coordinate
+# instead of torch.linspace and sums the four weighted taps in one reduction: on these checkpoints
+# it is within 7.2e-7 of spec §4.2's (4.57's) f32 result, not bit-equal.
+TF5_POS_EMBED_MAX_ABS = 1e-6
+TF5_ROPE_MAX_ABS = 1e-6  # f32 angles and cos/sin against float64
+
+
+def check_image_semantics(t: dict[str, Any], cfg: dict[str, Any], w: dict[str, Any], tf5: bool = False
+                          ) -> list[str]:
     """What the hooks captured, recomputed from the checkpoint weights (w: name -> f32 torch
-    tensor) in float64: patch embedding (§4.1), pos-embed (§4.2, bit-exact), which block feeds
-    which merger (§4.6), the visual scatter (§5.1), final norm and logits. t: torch tensors."""
+    tensor) in float64: patch embedding (§4.1), pos-embed (§4.2, bit-exact; tf5: within
+    TF5_POS_EMBED_MAX_ABS, and the vision RoPE tables of §4.3 with the config's theta), which block
+    feeds which merger (§4.6), the visual scatter (§5.1), final norm and logits. t: torch tensors."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -743,8 +816,22 @@ def check_image_semantics(t: dict[str, Any], cfg: dict[str, Any], w: dict[str, A
           X @ Wp.T + w[p + "patch_embed.proj.bias"].double(), 1e-5)
     pe = spec_pos_embed(w[p + "pos_embed.weight"].float().numpy(), t["image_grid_thw"].tolist())
     got = t["vision.pos_embed"].numpy()
-    if pe.shape != got.shape or not np.array_equal(pe, got):
+    if pe.shape != got.shape:
+        problems.append(f"vision.pos_embed: shape {got.shape}, spec §4.2 {pe.shape}")
+    elif tf5:
+        d = float(np.abs(got.astype(np.float64) - pe).max())
+        if d > TF5_POS_EMBED_MAX_ABS:
+            problems.append(f"vision.pos_embed: {d:.3g} from spec §4.2 (> {TF5_POS_EMBED_MAX_ABS})")
+    elif not np.array_equal(pe, got):
         problems.append("vision.pos_embed != spec §4.2 interpolation (bit-exact expected)")
+    if tf5:
+        theta = (v.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        cos, sin = spec_vision_rope(t["image_grid_thw"].tolist(), hv // v["num_heads"], theta)
+        for name, ref in (("vision.rope_cos", cos), ("vision.rope_sin", sin)):
+            got = t[name].double().numpy()
+            d = float(np.abs(got - ref).max()) if got.shape == ref.shape else float("inf")
+            if d > TF5_ROPE_MAX_ABS:
+                problems.append(f"{name}: {d:.3g} from spec §4.3 with theta {theta} (> {TF5_ROPE_MAX_ABS})")
 
     def merger(pre: str, x, postshuffle: bool):
         x = x.double()
@@ -830,7 +917,7 @@ def test_test_images_match_their_formulas(references):
             assert not np.array_equal(arr, arr.transpose(1, 0, 2))
 
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + TF5)
 @pytest.mark.parametrize("case", list(IMAGE_CASES))
 def test_image_case(references, name, case):
     import numpy as np
@@ -838,19 +925,19 @@ def test_image_case(references, name, case):
 
     cfg = tiny_configs.get(name)
     t, meta = _load_image_case(references[name]["dir"], case)
-    problems = check_image_case(t, meta, case, cfg, _images_dir())
+    problems = check_image_case(t, meta, case, cfg, _images_dir(), tf5=name in TF5)
     assert not problems, "\n".join(problems)
     assert np.all(t["top2_margin"] > 0), "an exact tie in a greedy step"
 
 
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + TF5)
 @pytest.mark.parametrize("case", ["img512", "img300x200_native", "two_images"])
 def test_image_semantics(references, name, case):
     import tiny_configs
 
     ref_dir = references[name]["dir"]
     t, _ = _load_image_case(ref_dir, case, "pt")
-    problems = check_image_semantics(t, tiny_configs.get(name), _checkpoint_f32(ref_dir))
+    problems = check_image_semantics(t, tiny_configs.get(name), _checkpoint_f32(ref_dir), tf5=name in TF5)
     assert not problems, "\n".join(problems)
 
 

@@ -3,6 +3,12 @@
 
     build_all.py [--cache DIR] [--configs tiny_a,tiny_b] [--force] [--no-images]
 
+Configs come in two lines: tiny_a, tiny_b are built by transformers 4.57 (.venv), tiny_a_tf5,
+tiny_b_tf5 by transformers 5.x (.venv-tf5): the same config dicts, checkpoint written by 5.x's
+save_pretrained, references computed by 5.x. --configs defaults to the line of the running
+interpreter; a config of the other line is handed to that line's interpreter ($QHX_PY or
+$QHX_PY_TF5, see common.python_for_major), so one command can build both.
+
 Layout (DIR defaults to $QHX_CACHE, itself defaulting to ~/.cache/qhexrt):
 
     DIR/reference/<name>/checkpoint/      config.json, model.safetensors (bf16, no lm_head.weight),
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,8 +54,8 @@ import make_session_reference  # noqa: E402
 import make_text_reference  # noqa: E402
 import test_images  # noqa: E402
 import tiny_configs  # noqa: E402
-from common import (cache_root, locked, read_stamp, sha256_json, tokenizer_dir,  # noqa: E402
-                    write_json)
+from common import (cache_root, installed_transformers_major, locked,  # noqa: E402
+                    python_for_major, read_stamp, sha256_json, tokenizer_dir, write_json)
 
 MANIFEST = "manifest.json"
 
@@ -70,7 +77,11 @@ def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, for
     """Builds what is missing or stale for config `name`; returns its manifest (plus
     "built_checkpoint"/"built_text"/"built_images"/"built_image_refs"/"built_session_refs"
     flags and "seconds"). With images=False the image and session references are neither
-    built nor checked (a manifest that already lists them keeps them)."""
+    built nor checked (a manifest that already lists them keeps them). A config of the other
+    transformers line is built by that line's interpreter (a subprocess running this script);
+    its flags are then None."""
+    if tiny_configs.transformers_major(name) != installed_transformers_major():
+        return _ensure_in_other_venv(name, cache, force, log, images)
     t0 = time.perf_counter()
     root = reference_dir(name, cache)
     ckpt_dir = root / "checkpoint"
@@ -119,11 +130,42 @@ def ensure_reference(name: str, cache: str | os.PathLike[str] | None = None, for
         if imgs is not None:
             man, built_image_refs = _ensure_image_refs(name, root, ck, imgs, man, man_path,
                                                        force, log)
-            man, built_session_refs = _ensure_session_refs(name, root, ck, imgs, man, man_path,
-                                                           force, log)
+            # The multi-turn references are made by the 4.57 line only (the session
+            # suite runs on tiny_a and tiny_b; the single-turn suites cover both lines).
+            if tiny_configs.transformers_major(name) < 5:
+                man, built_session_refs = _ensure_session_refs(name, root, ck, imgs, man, man_path,
+                                                               force, log)
     return {**man, "built_checkpoint": ck["built"], "built_text": built_text,
             "built_images": bool(imgs and imgs["built"]), "built_image_refs": built_image_refs,
             "built_session_refs": built_session_refs, "seconds": time.perf_counter() - t0}
+
+
+def _ensure_in_other_venv(name: str, cache, force: bool, log, images: bool) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    major = tiny_configs.transformers_major(name)
+    py = python_for_major(major)
+    if not py.is_file():
+        raise RuntimeError(f"{name} is built by transformers {major}.x, whose interpreter {py} is missing "
+                           f"(run scripts/setup.sh, or set QHX_PY{'_TF5' if major == 5 else ''})")
+    cmd = [str(py), str(Path(__file__).resolve()), "--configs", name]
+    if cache is not None:
+        cmd += ["--cache", str(cache)]
+    if force:
+        cmd.append("--force")
+    if not images:
+        cmd.append("--no-images")
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building {name} with {py} failed (exit {proc.returncode}):\n"
+                           f"{proc.stdout}{proc.stderr}")
+    for line in proc.stdout.splitlines():
+        log(line)
+    man = _read_manifest(reference_dir(name, cache) / MANIFEST)
+    if man is None:
+        raise RuntimeError(f"{py} built {name} but wrote no readable {reference_dir(name, cache) / MANIFEST}")
+    return {**man, "built_checkpoint": None, "built_text": None, "built_images": None,
+            "built_image_refs": None, "seconds": time.perf_counter() - t0, "delegated": str(py)}
 
 
 def _image_hash(ck: dict[str, Any], imgs: dict[str, Any]) -> str:
@@ -240,7 +282,10 @@ def _ensure_session_refs(name: str, root: Path, ck: dict[str, Any], imgs: dict[s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", default=None, help="cache root (default $QHX_CACHE or ~/.cache/qhexrt)")
-    ap.add_argument("--configs", default=",".join(tiny_configs.TINY_NAMES))
+    line = tiny_configs.TF5_NAMES if installed_transformers_major() >= 5 else tiny_configs.TINY_NAMES
+    ap.add_argument("--configs", default=",".join(line),
+                    help=f"comma-separated, from {', '.join(tiny_configs.ALL_NAMES)} "
+                         f"(default: this interpreter's line, {','.join(line)})")
     ap.add_argument("--force", action="store_true", help="rebuild even when the stamps match")
     ap.add_argument("--no-images", action="store_true",
                     help="skip the test images and image references")
@@ -248,11 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     names = [n for n in args.configs.split(",") if n]
     for n in names:
-        if n not in tiny_configs.TINY_NAMES:
-            ap.error(f"unknown config {n!r}; known: {', '.join(tiny_configs.TINY_NAMES)}")
+        if n not in tiny_configs.ALL_NAMES:
+            ap.error(f"unknown config {n!r}; known: {', '.join(tiny_configs.ALL_NAMES)}")
     t0 = time.perf_counter()
     for n in names:
         man = ensure_reference(n, args.cache, force=args.force, images=not args.no_images)
+        if man.get("delegated"):  # the other interpreter printed its own summary
+            print(f"[{n}] by {man['delegated']} ({man['seconds']:.1f} s)")
+            continue
         what = []
         what.append("built checkpoint" if man["built_checkpoint"] else "checkpoint cached")
         what.append("built text references" if man["built_text"] else "text references cached")

@@ -59,6 +59,13 @@ PREPROCESSOR_CONFIG: dict[str, Any] = {
     "processor_class": "Qwen3VLProcessor",
     "image_processor_type": "Qwen2VLImageProcessor",
 }
+# The tf5 checkpoints (built by transformers 5.x) carry the hub's layout instead: `size` alone
+# (5.x's processors honour it, so no min_pixels/max_pixels), and the PIL backend's 5.x class name
+# (5.x renamed them: Qwen2VLImageProcessor is the torchvision backend, ...Pil the PIL one).
+PREPROCESSOR_CONFIG_TF5: dict[str, Any] = {
+    **{k: v for k, v in PREPROCESSOR_CONFIG.items() if k not in ("min_pixels", "max_pixels")},
+    "image_processor_type": "Qwen2VLImageProcessorPil",
+}
 VIDEO_PREPROCESSOR_CONFIG: dict[str, Any] = {
     "size": {"longest_edge": 25165824, "shortest_edge": 4096},
     "patch_size": 16,
@@ -122,6 +129,29 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def installed_transformers_major() -> int:
+    """The major version of the transformers this interpreter has (0 when absent), read from
+    the package metadata, so nothing heavy is imported."""
+    try:
+        return int(metadata.version("transformers").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
+def python_for_major(major: int) -> Path:
+    """The interpreter of the venv that holds transformers `major`: 4 -> $QHX_PY (default
+    <repo>/.venv/bin/python), 5 -> $QHX_PY_TF5 (default $QHX_VENV_TF5/bin/python, itself
+    defaulting to <repo>/.venv-tf5; scripts/env.sh)."""
+    repo = Path(__file__).resolve().parents[2]
+    if major == 5:
+        if os.environ.get("QHX_PY_TF5"):
+            return Path(os.environ["QHX_PY_TF5"])
+        return Path(os.environ.get("QHX_VENV_TF5", str(repo / ".venv-tf5"))) / "bin" / "python"
+    if os.environ.get("QHX_PY"):
+        return Path(os.environ["QHX_PY"])
+    return Path(os.environ.get("QHX_VENV", str(repo / ".venv"))) / "bin" / "python"
+
+
 def read_stamp(directory: Path) -> dict[str, Any] | None:
     try:
         with open(directory / STAMP_FILE, encoding="utf-8") as f:
@@ -156,10 +186,11 @@ def replace_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def write_tokenizer_and_processor_files(out_dir: Path, tok_dir: Path) -> None:
+def write_tokenizer_and_processor_files(out_dir: Path, tok_dir: Path, tf5: bool = False) -> None:
     """tokenizer.json (copied), tokenizer_config.json (the real one with the Qwen3-VL chat
     template substituted), chat_template.json, generation_config.json, preprocessor_config.json
-    and video_preprocessor_config.json: the hub file set minus vocab.json/merges.txt."""
+    (PREPROCESSOR_CONFIG_TF5 when tf5) and video_preprocessor_config.json: the hub file set
+    minus vocab.json/merges.txt."""
     src_json = tok_dir / "tokenizer.json"
     src_cfg = tok_dir / "tokenizer_config.json"
     if not src_json.is_file() or not src_cfg.is_file():
@@ -174,7 +205,8 @@ def write_tokenizer_and_processor_files(out_dir: Path, tok_dir: Path) -> None:
     write_json(out_dir / "chat_template.json", {"chat_template": QWEN3VL_CHAT_TEMPLATE})
     # 4-space indent, no final newline: the hub files' layout (spec §1.6/§1.7 byte sizes).
     write_json(out_dir / "generation_config.json", GENERATION_CONFIG, indent=4, final_newline=False)
-    write_json(out_dir / "preprocessor_config.json", PREPROCESSOR_CONFIG, indent=4,
+    write_json(out_dir / "preprocessor_config.json",
+               PREPROCESSOR_CONFIG_TF5 if tf5 else PREPROCESSOR_CONFIG, indent=4,
                final_newline=False)
     write_json(out_dir / "video_preprocessor_config.json", VIDEO_PREPROCESSOR_CONFIG, indent=4,
                final_newline=False)

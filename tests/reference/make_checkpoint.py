@@ -8,6 +8,11 @@ q_norm/k_norm, ~ 1 + N(0, 0.1)); lm_head checked tied to embed_tokens; cast to b
 save_pretrained(safe_serialization=True) -> one model.safetensors without lm_head.weight.
 Plus tokenizer, chat template, generation and processor configs (common.py).
 
+A name ending in "_tf5" (tiny_configs.TF5_NAMES) takes the same config dict and recipe but must
+run under transformers 5.x: its save_pretrained writes 5.x's config.json spelling
+(vision_config.model_type "qwen3_vl_vision", rope_parameters, top-level dtype), and the processor
+file is the 5.x layout (common.PREPROCESSOR_CONFIG_TF5).
+
 Idempotent: skipped when out_dir/qhx_stamp.json holds the hash of (config, SCRIPT_VERSION,
 the harness sources, chat template, tokenizer sha256, package versions). Built in a temporary sibling directory
 and renamed into place, so an interrupted build never leaves a half checkpoint behind.
@@ -29,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tiny_configs  # noqa: E402
 from chat_template import QWEN3VL_CHAT_TEMPLATE  # noqa: E402
-from common import (STAMP_FILE, is_norm_weight, package_versions, read_stamp,  # noqa: E402
-                    replace_dir, sha256_file, sha256_json, source_digest, tokenizer_dir,
-                    write_json, write_tokenizer_and_processor_files)
+from common import (STAMP_FILE, installed_transformers_major, is_norm_weight,  # noqa: E402
+                    package_versions, read_stamp, replace_dir, sha256_file, sha256_json,
+                    source_digest, tokenizer_dir, write_json, write_tokenizer_and_processor_files)
 
 SCRIPT_VERSION = 1
 WEIGHT_STD = 0.02
@@ -121,6 +126,10 @@ def make_checkpoint(name: str, out_dir: str | os.PathLike[str], config: dict[str
     """Builds (or reuses) the checkpoint `name` in out_dir. Returns the stamp dict plus
     {"built": bool, "seconds": float}."""
     out = Path(out_dir)
+    major = tiny_configs.transformers_major(name)
+    if installed_transformers_major() != major:
+        raise RuntimeError(f"{name} is built by transformers {major}.x, this interpreter has "
+                           f"{package_versions()['transformers']} (use build_all.py, which picks the venv)")
     cfg = config if config is not None else tiny_configs.get(name)
     tdir = Path(tok_dir) if tok_dir is not None else tokenizer_dir()
     want = checkpoint_hash(cfg, tdir)
@@ -147,11 +156,14 @@ def make_checkpoint(name: str, out_dir: str | os.PathLike[str], config: dict[str
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=False)
     try:
-        model.save_pretrained(str(tmp), safe_serialization=True)
+        if major == 5:
+            model.save_pretrained(str(tmp))  # 5.x writes safetensors only (no safe_serialization)
+        else:
+            model.save_pretrained(str(tmp), safe_serialization=True)
         summary = verify_saved(tmp, want_keys)
         # save_pretrained also wrote a generation_config.json derived from the model config;
         # replace it (and add the tokenizer/processor files) with the hub set of spec §1.6/§1.7.
-        write_tokenizer_and_processor_files(tmp, tdir)
+        write_tokenizer_and_processor_files(tmp, tdir, tf5=major == 5)
         new_stamp = {
             "hash": want,
             "name": name,
@@ -173,7 +185,7 @@ def make_checkpoint(name: str, out_dir: str | os.PathLike[str], config: dict[str
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("name", choices=tiny_configs.TINY_NAMES)
+    ap.add_argument("name", choices=tiny_configs.ALL_NAMES)
     ap.add_argument("out_dir")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)

@@ -32,6 +32,7 @@ Hv = vision hidden, O = out_hidden_size = H, L = prompt length, n = generated to
   vision.pos_embed       [N, Hv]     fast_pos_embed_interpolate(grid) as added to it (captured
                                      from the model's own call; patch_embed + pos_embed is
                                      checked bit-equal to block 0's input)
+  vision.rope_cos/_sin   [N, Hv/heads]  (5.x only) the vision RoPE tables handed to every block
   vision.block{i}        [N, Hv]     output of vision block i, i = 0..depth-1
   vision.deepstack{k}    [N/4, O]    deepstack merger k output (taps after block
                                      deepstack_visual_indexes[k])
@@ -62,7 +63,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import EOS_TOKEN_IDS, source_digest, write_json  # noqa: E402
+from common import (EOS_TOKEN_IDS, installed_transformers_major, source_digest,  # noqa: E402
+                    write_json)
 
 SCRIPT_VERSION = 1
 MAX_NEW_TOKENS = 32
@@ -73,6 +75,19 @@ VISION_START_ID = 151652
 VISION_END_ID = 151653
 RESIZE_MODE = "native"  # the processor's own smart_resize + PIL bicubic (spec §3.2-3.3)
 FAST_VS_SLOW_TOL = 6e-8  # spec §3.4: the two normalizations differ by up to 5.9e-8
+
+
+# transformers 5.x (the _tf5 configs): the PIL processor is Qwen2VLImageProcessorPil (channel-first
+# inside), get_rope_index and forward take mm_token_type_ids, and the pos-embed interpolation is a
+# module-level gather instead of the vision model's fast_pos_embed_interpolate.
+TF5 = installed_transformers_major() >= 5
+
+
+def processor_limits(ip) -> tuple[int, int]:
+    """(min_pixels, max_pixels) the processor resizes with: 4.57's attributes, 5.x's size dict."""
+    if TF5:
+        return ip.size["shortest_edge"], ip.size["longest_edge"]
+    return ip.min_pixels, ip.max_pixels
 
 
 def _img(name: str) -> dict[str, str]:
@@ -179,13 +194,34 @@ def _prompt_forward(model, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]
     def block0_in(_mod, args, kwargs):
         h = args[0] if args else kwargs["hidden_states"]
         cap["_block0_in"] = h.detach().clone()
+        if TF5:  # the vision RoPE tables every block gets (5.x reads their theta from the config)
+            cos, sin = kwargs["position_embeddings"]
+            cap["vision.rope_cos"] = cos.detach().clone()
+            cap["vision.rope_sin"] = sin.detach().clone()
 
-    orig_pos = visual.fast_pos_embed_interpolate
+    tf5 = not hasattr(visual, "fast_pos_embed_interpolate")
+    if not tf5:
+        orig_pos = visual.fast_pos_embed_interpolate
 
-    def pos_wrapper(grid_thw):
-        out = orig_pos(grid_thw)
-        cap["vision.pos_embed"] = out.detach().clone()
-        return out
+        def pos_wrapper(grid_thw):
+            out = orig_pos(grid_thw)
+            cap["vision.pos_embed"] = out.detach().clone()
+            return out
+    else:
+        # 5.x: forward gathers pos_embed at the module-level interpolation indices and sums
+        # (pos_embed(idx) * w[:, :, None]).sum(1); capture the weights and the gathered rows and
+        # form that same expression (block 0's input is checked bit-equal to patch + pos below).
+        import transformers.models.qwen3_vl.modeling_qwen3_vl as qmod
+
+        orig_interp = qmod.get_vision_interpolation_indices_and_weights
+
+        def interp_wrapper(*a, **k):
+            idx, w = orig_interp(*a, **k)
+            cap["_interp_weights"] = w.detach().clone()
+            return idx, w
+
+        def pos_rows(_mod, _args, output):
+            cap["_pos_rows"] = output.detach().clone()
 
     def layer_pre(idx):
         def hook(_mod, args, kwargs):
@@ -203,6 +239,8 @@ def _prompt_forward(model, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]
         cap["hidden.final_norm"] = output.detach()[0].clone()
 
     handles.append(visual.patch_embed.register_forward_hook(keep("vision.patch_embed")))
+    if tf5:
+        handles.append(visual.pos_embed.register_forward_hook(pos_rows))
     handles.append(visual.blocks[0].register_forward_pre_hook(block0_in, with_kwargs=True))
     for i, blk in enumerate(visual.blocks):
         handles.append(blk.register_forward_hook(keep(f"vision.block{i}")))
@@ -213,22 +251,32 @@ def _prompt_forward(model, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]
         handles.append(layer.register_forward_pre_hook(layer_pre(i), with_kwargs=True))
         handles.append(layer.register_forward_hook(layer_post(i)))
     handles.append(lm.norm.register_forward_hook(post_norm))
-    visual.fast_pos_embed_interpolate = pos_wrapper
+    if tf5:
+        qmod.get_vision_interpolation_indices_and_weights = interp_wrapper
+    else:
+        visual.fast_pos_embed_interpolate = pos_wrapper
     try:
         with torch.no_grad():
             out = model(**inputs, use_cache=False)
     finally:
         for h in handles:
             h.remove()
-        del visual.fast_pos_embed_interpolate  # back to the class method
-    if "fast_pos_embed_interpolate" in vars(visual):
+        if tf5:
+            qmod.get_vision_interpolation_indices_and_weights = orig_interp
+        else:
+            del visual.fast_pos_embed_interpolate  # back to the class method
+    if not tf5 and "fast_pos_embed_interpolate" in vars(visual):
         raise AssertionError("could not restore fast_pos_embed_interpolate")
+    if tf5:
+        rows, w = cap.pop("_pos_rows"), cap.pop("_interp_weights")
+        cap["vision.pos_embed"] = (rows * w[:, :, None]).sum(1)
 
     n_blocks = len(visual.blocks)
     n_ds = len(visual.deepstack_merger_list)
     n_layers = len(lm.layers)
     cap["hidden.embed"] = layer_in[0]
-    want = ["vision.patch_embed", "vision.pos_embed", *[f"vision.block{i}" for i in range(n_blocks)],
+    want = ["vision.patch_embed", "vision.pos_embed", *(["vision.rope_cos", "vision.rope_sin"] if TF5 else []),
+            *[f"vision.block{i}" for i in range(n_blocks)],
             *[f"vision.deepstack{k}" for k in range(n_ds)], "vision.merger", "hidden.embed",
             *[f"hidden.layer{i}" for i in range(n_layers)], "hidden.final_norm"]
     missing = [k for k in want if k not in cap]
@@ -304,7 +352,10 @@ def make_case(model, tok, fast_tok, ip, name: str, parts: list[dict[str, str]],
     orig_rescale = ip.rescale
 
     def rec_rescale(image, *a, **k):
-        reached.append(np.array(image, copy=True))
+        arr = np.array(image, copy=True)
+        if TF5:  # 5.x's PIL backend works channel-first
+            arr = np.ascontiguousarray(arr.transpose(1, 2, 0))
+        reached.append(arr)
         return orig_rescale(image, *a, **k)
 
     ip.rescale = rec_rescale
@@ -355,8 +406,16 @@ def make_case(model, tok, fast_tok, ip, name: str, parts: list[dict[str, str]],
               "pixel_values": torch.from_numpy(pixel_values.copy()),
               "image_grid_thw": torch.from_numpy(grid.copy())}
     with torch.no_grad():
-        position_ids, rope_delta = model.model.get_rope_index(
-            input_ids, inputs["image_grid_thw"], None, attention_mask=inputs["attention_mask"])
+        if TF5:
+            # 5.x: the processor also returns mm_token_type_ids (1 at image pads, else 0;
+            # ProcessorMixin.create_mm_token_type_ids), and forward requires it with images
+            inputs["mm_token_type_ids"] = (input_ids == IMAGE_TOKEN_ID).to(torch.int64)
+            position_ids, rope_delta = model.model.get_rope_index(
+                input_ids, inputs["mm_token_type_ids"], inputs["image_grid_thw"], None,
+                attention_mask=inputs["attention_mask"])
+        else:
+            position_ids, rope_delta = model.model.get_rope_index(
+                input_ids, inputs["image_grid_thw"], None, attention_mask=inputs["attention_mask"])
     position_ids = position_ids[:, 0, :].to(torch.int64).contiguous()
     rope_delta = rope_delta.reshape(-1).to(torch.int64).contiguous()
     if list(rope_delta.shape) != [1]:
@@ -375,9 +434,10 @@ def make_case(model, tok, fast_tok, ip, name: str, parts: list[dict[str, str]],
     L = len(ids)
     with torch.no_grad():
         full_ids = torch.cat([input_ids, tokens[None, :-1]], dim=1)
+        extra = {"mm_token_type_ids": (full_ids == IMAGE_TOKEN_ID).to(torch.int64)} if TF5 else {}
         full = model(input_ids=full_ids, attention_mask=torch.ones_like(full_ids),
                      pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
-                     use_cache=False).logits[0, L - 1:].float()
+                     use_cache=False, **extra).logits[0, L - 1:].float()
     step_vs_full = float((full - step_logits).abs().max())
 
     top2 = torch.topk(step_logits, 2, dim=-1).values
@@ -440,8 +500,8 @@ def make_case(model, tok, fast_tok, ip, name: str, parts: list[dict[str, str]],
         "scores_equal_raw_logits": scores_equal,
         "pixel_values_fast_vs_slow_max_abs": fast_vs_slow,
         "pixel_values_fast_vs_slow_num_different": n_fast_diff,
-        "processor": {"class": type(ip).__name__, "min_pixels": ip.min_pixels,
-                      "max_pixels": ip.max_pixels, "resample": "PIL BICUBIC",
+        "processor": {"class": type(ip).__name__, "min_pixels": processor_limits(ip)[0],
+                      "max_pixels": processor_limits(ip)[1], "resample": "PIL BICUBIC",
                       "normalization": "slow: f32(f64(x)/255) then (v-0.5f)/0.5f"},
         "vision_hidden_size": int(vcfg.hidden_size),
         "vision_depth": int(vcfg.depth),
@@ -464,9 +524,11 @@ def make_image_reference(ckpt_dir: str | os.PathLike[str], out_dir: str | os.Pat
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from tokenizers import Tokenizer
-    from transformers import AutoTokenizer, Qwen2VLImageProcessor
-
-    from make_text_reference import load_model
+    from make_text_reference import load_model, load_tokenizer
+    if TF5:
+        from transformers import Qwen2VLImageProcessorPil as SlowProcessor
+    else:
+        from transformers import Qwen2VLImageProcessor as SlowProcessor
 
     ckpt = Path(ckpt_dir)
     out = Path(out_dir)
@@ -475,12 +537,12 @@ def make_image_reference(ckpt_dir: str | os.PathLike[str], out_dir: str | os.Pat
     names = list(CASES) if cases is None else cases
     torch.set_num_threads(int(os.environ.get("QHX_REF_THREADS", "1")))
     t0 = time.perf_counter()
-    tok = AutoTokenizer.from_pretrained(str(ckpt), fix_mistral_regex=False)
+    tok = load_tokenizer(ckpt)
     fast_tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
-    ip = Qwen2VLImageProcessor.from_pretrained(str(ckpt))
-    if (ip.min_pixels, ip.max_pixels, ip.patch_size, ip.merge_size, ip.temporal_patch_size) != \
+    ip = SlowProcessor.from_pretrained(str(ckpt))
+    if (*processor_limits(ip), ip.patch_size, ip.merge_size, ip.temporal_patch_size) != \
             (65536, 16777216, 16, 2, 2):
-        raise AssertionError(f"image processor limits {ip.min_pixels}/{ip.max_pixels}, patch "
+        raise AssertionError(f"image processor limits {processor_limits(ip)}, patch "
                              f"{ip.patch_size}, merge {ip.merge_size} (size bug? see common.py)")
     model = load_model(ckpt)
     for part in (model.model.visual, model.model.language_model):

@@ -82,7 +82,9 @@ def _tokenize(tok, fast_tok, case: dict[str, Any]) -> tuple[list[int], str]:
     else:
         msgs = case_messages(case)
         rendered = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        ids = list(tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True))
+        enc = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
+        # 5.x returns a BatchEncoding (return_dict defaults to True there), 4.57 the id list
+        ids = list(enc["input_ids"] if hasattr(enc, "keys") else enc)
         again = tok(rendered, add_special_tokens=False)["input_ids"]
         if ids != again:
             raise AssertionError("apply_chat_template(tokenize=True) != tokenize(rendered)")
@@ -94,6 +96,19 @@ def _tokenize(tok, fast_tok, case: dict[str, Any]) -> tuple[list[int], str]:
     if "expect_len" in case and len(ids) != case["expect_len"]:
         raise AssertionError(f"{rendered!r} tokenizes to {len(ids)} tokens, expected {case['expect_len']}")
     return ids, rendered
+
+
+def load_tokenizer(ckpt_dir: Path):
+    from transformers import AutoTokenizer
+
+    from common import installed_transformers_major
+
+    if installed_transformers_major() >= 5:
+        return AutoTokenizer.from_pretrained(str(ckpt_dir))
+    # fix_mistral_regex=False only silences a false-positive "incorrect regex pattern" warning
+    # (4.57.6 warns for any local config.json whose transformers_version is in (4.57.2, 5.0));
+    # it changes nothing, and _tokenize cross-checks every prompt against bare `tokenizers`.
+    return AutoTokenizer.from_pretrained(str(ckpt_dir), fix_mistral_regex=False)
 
 
 def load_model(ckpt_dir: Path):
@@ -246,18 +261,13 @@ def make_text_reference(ckpt_dir: str | os.PathLike[str], out_dir: str | os.Path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from tokenizers import Tokenizer
-    from transformers import AutoTokenizer
-
     ckpt = Path(ckpt_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = list(CASES) if cases is None else cases
     torch.set_num_threads(int(os.environ.get("QHX_REF_THREADS", "1")))  # tiny: 1 thread is best, esp. under CI load
     t0 = time.perf_counter()
-    # fix_mistral_regex=False only silences a false-positive "incorrect regex pattern" warning
-    # (4.57.6 warns for any local config.json whose transformers_version is in (4.57.2, 5.0));
-    # it changes nothing, and _tokenize cross-checks every prompt against bare `tokenizers`.
-    tok = AutoTokenizer.from_pretrained(str(ckpt), fix_mistral_regex=False)
+    tok = load_tokenizer(ckpt)
     fast_tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
     model = load_model(ckpt)
     results = {}

@@ -116,13 +116,40 @@ QWEN3VL_2B: dict[str, Any] = _top(
             deepstack=[5, 11, 17]),
 )
 
-TINY_NAMES: tuple[str, ...] = tuple(_CONFIGS)
+TINY_NAMES: tuple[str, ...] = tuple(_CONFIGS)  # built by transformers 4.57 (.venv)
+
+# The same configs built by transformers 5.x (.venv-tf5): checkpoint written by 5.x's
+# save_pretrained (its config.json spelling), references computed by 5.x in fp32.
+TF5_SUFFIX = "_tf5"
+TF5_NAMES: tuple[str, ...] = tuple(n + TF5_SUFFIX for n in _CONFIGS)
+# What a _tf5 twin changes in its base dict. tiny_b_tf5's vision RoPE theta is 20000 instead of
+# 10000 (a 5.x config key, vision_config.rope_parameters, that 4.57 has no way to express): its
+# parity proves QHexRT honours the value rather than the 10000 that 4.57 hard-codes.
+TF5_VISION_ROPE: dict[str, dict[str, Any]] = {
+    "tiny_b_tf5": {"rope_type": "axial", "rope_theta": 20000.0},
+}
+ALL_NAMES: tuple[str, ...] = TINY_NAMES + TF5_NAMES
+
+
+def base_name(name: str) -> str:
+    """"tiny_a_tf5" -> "tiny_a"; other names unchanged."""
+    return name[:-len(TF5_SUFFIX)] if name.endswith(TF5_SUFFIX) else name
+
+
+def transformers_major(name: str) -> int:
+    """The transformers major version that builds config `name`: 5 for the _tf5 names, else 4."""
+    return 5 if name.endswith(TF5_SUFFIX) else 4
 
 
 def get(name: str) -> dict[str, Any]:
-    """A deep copy of the named config dict ("tiny_a", "tiny_b" or "qwen3vl_2b")."""
+    """A deep copy of the named config dict ("tiny_a", "tiny_b", their "_tf5" twins, which
+    take the same dict plus TF5_VISION_ROPE, or "qwen3vl_2b")."""
     if name == "qwen3vl_2b":
         return copy.deepcopy(QWEN3VL_2B)
-    if name not in _CONFIGS:
-        raise KeyError(f"unknown tiny config {name!r}; known: {', '.join(_CONFIGS)}")
-    return copy.deepcopy(_CONFIGS[name])
+    base = base_name(name)
+    if base not in _CONFIGS or (name != base and name not in TF5_NAMES):
+        raise KeyError(f"unknown tiny config {name!r}; known: {', '.join(ALL_NAMES)}")
+    cfg = copy.deepcopy(_CONFIGS[base])
+    if name in TF5_VISION_ROPE:
+        cfg["vision_config"]["rope_parameters"] = dict(TF5_VISION_ROPE[name])
+    return cfg
