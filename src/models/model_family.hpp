@@ -32,6 +32,7 @@ class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
   virtual std::string_view name() const = 0;
+  virtual std::int64_t vocab_size() const = 0;  // rows of the language model's embedding and lm-head
 
   // --- images (a family without vision returns 0 / throws) ---------------------
   virtual std::int32_t image_token_id() const = 0;

@@ -14,6 +14,7 @@ class Family final : public ModelFamily {
   const Qwen3VLConfig& config() const { return cfg_; }
 
   std::string_view name() const override { return "qwen3vl"; }
+  std::int64_t vocab_size() const override { return cfg_.text.vocab_size; }
   std::int32_t image_token_id() const override { return static_cast<std::int32_t>(cfg_.image_token_id); }
   std::int64_t patch_size() const override { return cfg_.vision.patch_size; }
   std::int64_t image_size_factor() const override { return cfg_.vision.patch_size * cfg_.vision.spatial_merge_size; }

@@ -245,8 +245,8 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   }
   for (std::size_t i = 0; i < m.stop_token_ids.size(); ++i) {
     const std::int64_t id = m.stop_token_ids[i];
-    if (id >= res.config.text.vocab_size)
-      fail(m.source, ": stop_token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", res.config.text.vocab_size,
+    if (id >= res.family->vocab_size())
+      fail(m.source, ": stop_token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", res.family->vocab_size(),
            ")");
     if (std::find(res.stop_ids.begin(), res.stop_ids.end(), id) == res.stop_ids.end())
       res.stop_ids.push_back(static_cast<std::int32_t>(id));
