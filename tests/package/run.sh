@@ -61,7 +61,10 @@ cmake -S "$here" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -
       >"$work/configure.log" || { cat "$work/configure.log" >&2; die "configuring the consumer failed"; }
 cmake --build "$work/build" -j1 >"$work/build.log" || { cat "$work/build.log" >&2; die "building the consumer failed"; }
 # The programs must use the installed library, not the build tree's.
-ldd "$work/build/consumer_c" | grep -q "$libdir/libqhexrt.so.0" || die "consumer_c does not load $libdir/libqhexrt.so.0"
+# (ldd's whole output first: grep -q stops reading at the first match, and under pipefail
+# the SIGPIPE that ldd may then get would fail the check by chance.)
+deps=$(ldd "$work/build/consumer_c")
+grep -q "$libdir/libqhexrt.so.0" <<<"$deps" || die "consumer_c does not load $libdir/libqhexrt.so.0"
 "$work/build/consumer_c" "$checkpoint"
 "$work/build/consumer_cpp" "$checkpoint"
 
