@@ -36,15 +36,17 @@ pc=$(find "$prefix" -name qhexrt.pc)
 libdir=$(dirname "$(dirname "$pc")")
 so=$(readlink -f "$libdir/libqhexrt.so")
 [[ -f $so ]] || die "the install has no libqhexrt.so in $libdir"
-readelf -d "$so" | grep -q 'SONAME.*\[libqhexrt\.so\.0\]' || die "$so: SONAME is not libqhexrt.so.0"
+dynamic=$(readelf -d "$so")
+grep -q 'SONAME.*\[libqhexrt\.so\.0\]' <<<"$dynamic" || die "$so: SONAME is not libqhexrt.so.0"
 [[ -e $libdir/libqhexrt.so.0 ]] || die "the install has no libqhexrt.so.0 link"
 # Only the public API is exported: the C functions and the public C++ classes,
 # no internals (qhx::cpu::..., the kernels, simdjson) that programs could bind to.
 exports=$(nm -D --defined-only "$so" | c++filt)
 grep -q ' T qhx_session_send@@QHEXRT_0$' <<<"$exports" || die "$so does not export qhx_session_send"
 grep -q 'qhx::Session::send' <<<"$exports" || die "$so does not export qhx::Session::send"
-if grep -E 'qhx::(cpu|detail|test)::|simdjson|hwy::' <<<"$exports" | head -3 | grep -q .; then
-  grep -E 'qhx::(cpu|detail|test)::|simdjson|hwy::' <<<"$exports" | head -3 >&2
+internal=$(grep -E 'qhx::(cpu|detail|test)::|simdjson|hwy::' <<<"$exports" || true)
+if [[ -n $internal ]]; then
+  head -3 <<<"$internal" >&2
   die "$so exports internal symbols"
 fi
 
