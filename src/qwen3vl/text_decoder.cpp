@@ -249,7 +249,7 @@ class TextDecoderAr final : public Delegate {
     check_io(core_.name(), ispecs, in, "input");
     check_io(core_.name(), ospecs, out, "output");
     const auto& c = core_.config();
-    const std::int64_t CL = core_.ctx(), past = CL - ar_, hd = c.head_dim, half = hd / 2, H = c.hidden_size;
+    const std::int64_t CL = core_.ctx(), hd = c.head_dim, half = hd / 2, H = c.hidden_size;
     const auto [T, V] = read_mask(in[1].as<const float>());
     const std::int64_t n_ds = in[6].shape[0];
     if (n_ds > c.num_hidden_layers) fail("graph \"", core_.name(), "\": more deepstack inputs than layers");
@@ -280,7 +280,6 @@ class TextDecoderAr final : public Delegate {
         for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
           std::copy_n(cache_row(l, kv, V + t), per_layer, dst + t * row_ + l * per_layer);
     }
-    (void)past;
   }
 
  private:
