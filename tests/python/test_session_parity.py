@@ -236,3 +236,33 @@ def test_cached_session_references_are_a_noop(references):
     proc = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT / "tests" / "reference"), *CONFIGS],
                           capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+
+
+def test_fresh_runs_equal_the_replay_bit_for_bit_on_a_w8_bundle(references, tmp_path):
+    """The same on a w8 bundle (int8 activations, an f16 KV cache, images at the seed's fixed
+    512x512): the session's reuse must not depend on the arithmetic either."""
+    root = references["tiny_a"]
+    meta, _ = load_reference(root)
+    bundle = tmp_path / "bundle_w8"
+    proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(root / "checkpoint"), "--out", str(bundle),
+                           "--weights", "w8", "--quiet"], capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    steps = tmp_path / "replay_steps.npy"
+    proc = generate(["-m", str(bundle), "--messages", str(root / meta["replay_messages_file"]), "--replay",
+                     *greedy_args(meta["max_new_tokens"]), "--dump-logits", str(steps)])
+    _, results = json_lines(proc, meta["num_turns"])
+    assert [r["timings"]["images_encoded"] for r in results] == [1, 0, 1]
+    assert all(results[k + 1]["cached_tokens"] >= len(results[k]["prompt_tokens"]) for k in range(len(results) - 1))
+    per_turn = split_steps(results, np.load(steps))
+    for k in range(meta["num_turns"]):
+        what = f"w8 bundle turn {k + 1} fresh"
+        conv = tmp_path / f"turn{k}.json"
+        conv.write_text(json.dumps(fresh_messages(meta, results, k, root.parent / "images")))
+        out = tmp_path / f"turn{k}_steps.npy"
+        proc = generate(["-m", str(bundle), "--messages", str(conv), *greedy_args(meta["max_new_tokens"]),
+                         "--dump-logits", str(out)])
+        _, (r,) = json_lines(proc, 1)
+        assert r["prompt_tokens"] == results[k]["prompt_tokens"], what
+        fresh = np.load(out)
+        assert np.array_equal(fresh, per_turn[k]), \
+            f"{what}: step logits differ from the replay's by up to {np.abs(fresh - per_turn[k]).max():.3e}"
