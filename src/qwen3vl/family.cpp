@@ -10,6 +10,11 @@
 namespace qhx {
 namespace qwen3vl {
 
+Family::Family(Qwen3VLConfig config)
+    : cfg_(std::move(config)),
+      inv_freq_(nn::rope_inv_freq(cfg_.text.rope_theta, cfg_.text.head_dim)),
+      axes_(nn::mrope_interleaved_axes(cfg_.text.mrope_section, cfg_.text.head_dim / 2)) {}
+
 std::int64_t Family::image_tokens(const qhx::ImageGrid& g) const {
   const std::int64_t merge = cfg_.vision.spatial_merge_size;
   return g.t * g.h * g.w / (merge * merge);
@@ -35,12 +40,9 @@ std::string Family::render_chat(const std::vector<Message>& messages, bool add_g
 }
 
 void Family::rope_tables(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const {
-  const auto& t = cfg_.text;
-  const std::int64_t hd = t.head_dim, half = hd / 2;
-  const auto inv_freq = nn::rope_inv_freq(t.rope_theta, hd);
-  const auto axes = nn::mrope_interleaved_axes(t.mrope_section, half);
+  const std::int64_t hd = cfg_.text.head_dim, half = hd / 2;
   std::vector<float> c(static_cast<std::size_t>(T * hd)), s(c.size());
-  nn::mrope_cos_sin(positions, T, inv_freq, axes, c.data(), s.data());
+  nn::mrope_cos_sin(positions, T, inv_freq_, axes_, c.data(), s.data());
   for (std::int64_t i = 0; i < T; ++i) {
     std::copy_n(c.data() + i * hd, half, cos + i * half);
     std::copy_n(s.data() + i * hd, half, sin + i * half);

@@ -3,6 +3,9 @@
 // (rope_index.hpp) and the Instruct chat template (chat_template.hpp).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "models/model_family.hpp"
 #include "qhexrt/hf_config.hpp"
 
@@ -10,7 +13,7 @@ namespace qhx::qwen3vl {
 
 class Family final : public ModelFamily {
  public:
-  explicit Family(Qwen3VLConfig config) : cfg_(std::move(config)) {}
+  explicit Family(Qwen3VLConfig config);
   const Qwen3VLConfig& config() const { return cfg_; }
 
   std::string_view name() const override { return "qwen3vl"; }
@@ -25,6 +28,8 @@ class Family final : public ModelFamily {
 
  private:
   Qwen3VLConfig cfg_;
+  std::vector<float> inv_freq_;     // [head_dim / 2], the text rope's, computed once
+  std::vector<std::uint8_t> axes_;  // the M-RoPE axis of each frequency
 };
 
 // The Qwen3-VL config behind a family (the stages only Qwen3-VL has, e.g. its stage F, need it).

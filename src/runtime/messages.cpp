@@ -49,7 +49,7 @@ std::vector<const ImageSource*> TurnInput::images() const {
     for (const auto& im : raw_images) out.push_back(&im);
     return out;
   }
-  for (const Message& m : messages)
+  for (const Message& m : *messages)
     for (const ContentPart& p : m.content)
       if (p.kind == ContentPart::Kind::Image) out.push_back(&p.image);
   return out;

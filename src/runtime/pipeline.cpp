@@ -183,9 +183,9 @@ bool looks_like_manifest(const std::filesystem::path& file) {
 
 // A bundle folder holds manifests beside its files: the one with image stages
 // when the caller has images, else a text one (else the image one, which also
-// takes text). Empty when `dir` holds no manifest.
-std::optional<std::filesystem::path> bundle_manifest(const std::filesystem::path& dir, bool want_images) {
-  std::vector<std::filesystem::path> vlm, text;
+// takes text), as parsed. Empty when `dir` holds no manifest.
+std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool want_images) {
+  std::vector<Manifest> vlm, text;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (!e.is_regular_file() || e.path().extension() != ".json") continue;
     if (!looks_like_manifest(e.path())) continue;  // config.json, tokenizer.json (large: not parsed)
@@ -195,19 +195,20 @@ std::optional<std::filesystem::path> bundle_manifest(const std::filesystem::path
     } catch (const Error& err) {
       fail(dir.string(), ": a bundle folder with a bad manifest: ", err.what());
     }
-    (has_image_stages(m) ? vlm : text).push_back(e.path());
+    (has_image_stages(m) ? vlm : text).push_back(std::move(m));
   }
-  std::sort(vlm.begin(), vlm.end());
-  std::sort(text.begin(), text.end());
+  const auto by_name = [](const Manifest& a, const Manifest& b) { return a.source < b.source; };
+  std::sort(vlm.begin(), vlm.end(), by_name);
+  std::sort(text.begin(), text.end(), by_name);
   const auto& first = want_images ? vlm : (text.empty() ? vlm : text);
   if (first.empty()) {
     if (vlm.empty() && text.empty()) return std::nullopt;
     fail(dir.string(), ": a bundle folder whose manifests have no image stages (",
-         text.front().filename().string(), "); it cannot take an image");
+         std::filesystem::path(text.front().source).filename().string(), "); it cannot take an image");
   }
   if (first.size() > 1) {
     std::string names;
-    for (const auto& f : first) names += (names.empty() ? "" : ", ") + f.filename().string();
+    for (const auto& f : first) names += (names.empty() ? "" : ", ") + std::filesystem::path(f.source).filename().string();
     fail(dir.string(), ": a bundle folder with several ", want_images ? "image" : "text",
          " manifests (", names, "); give one of them with -m");
   }
@@ -218,7 +219,7 @@ std::optional<std::filesystem::path> bundle_manifest(const std::filesystem::path
 
 Manifest resolve_manifest(const std::filesystem::path& path, bool want_images) {
   if (!std::filesystem::is_directory(path)) return load_manifest(path);
-  if (const auto manifest = bundle_manifest(path, want_images)) return load_manifest(*manifest);
+  if (auto manifest = bundle_manifest(path, want_images)) return std::move(*manifest);
   if (!std::filesystem::exists(path / "config.json"))
     fail(path.string(), ": not a manifest, a bundle folder or a Hugging Face checkpoint directory (no config.json)");
   return default_manifest_for_hf_dir(path);
@@ -331,14 +332,16 @@ std::vector<ContentPart> user_content(const GenerationRequest& req) {
 
 GenerationResult Pipeline::generate(const GenerationRequest& request) {
   TurnInput input;
+  std::vector<Message> messages;
+  input.messages = &messages;
   if (request.raw || impl_->res.manifest.chat_template == "none") {
     if (request.system) fail("--system needs the chat template (this request is raw)");
     input.raw = true;
     input.raw_text = request.prompt;
     for (const auto& im : request.images) input.raw_images.push_back(ImageSource::file(im));
   } else {
-    if (request.system) input.messages.push_back(Message::text("system", *request.system));
-    input.messages.push_back({"user", user_content(request)});
+    if (request.system) messages.push_back(Message::text("system", *request.system));
+    messages.push_back({"user", user_content(request)});
   }
   GenerationOptions options;
   options.max_new_tokens = request.max_new_tokens;

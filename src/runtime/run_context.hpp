@@ -64,6 +64,7 @@ struct Graph {
   std::vector<float> hidden;          // [T, hidden] output buffer of the language model, reused
   std::vector<std::uint8_t> no_mask;  // [T] zeros, for calls without images
   std::vector<float> block_in, block_mask, block_cos, block_sin, block_ds, block_out, new_k, new_v;  // AR contract scratch
+  std::vector<std::int32_t> block_pos;
 
   // The spec named `name`; throws naming the graph when it has none (a plan
   // that pairs a stage with a graph of another contract fails at load).
@@ -113,7 +114,7 @@ inline double ms_since(Clock::time_point t0) {
 struct TurnInput {
   bool raw = false;
   std::string raw_text;               // raw: the whole prompt text, image pads included
-  std::vector<Message> messages;      // else: rendered through the chat template
+  const std::vector<Message>* messages = nullptr;  // else: rendered through the chat template (not owned)
   std::vector<ImageSource> raw_images;  // raw: the images, in the order of their pads
 
   // Every image of the request, in the order its tokens appear.

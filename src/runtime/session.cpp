@@ -9,6 +9,24 @@ struct Session::Impl {
   Pipeline::Impl* pipeline = nullptr;
   std::vector<Message> messages;
   SessionState state;
+
+  // Answers `messages` (the last one is the user's); the answer joins them.
+  GenerationResult answer(const GenerationOptions& options) {
+    if (messages.empty()) fail("the conversation has no messages");
+    if (messages.back().role != "user")
+      fail("the conversation must end with a user message (the last one is \"", messages.back().role, "\")");
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const std::string& r = messages[i].role;
+      if (r != "system" && r != "user" && r != "assistant")
+        fail("message ", i, ": role \"", r, "\" is not one of \"system\", \"user\", \"assistant\"");
+    }
+    TurnInput input;
+    input.messages = &messages;
+    std::string full_text;
+    GenerationResult result = pipeline->run(input, options, state, &full_text);
+    messages.push_back(Message::text("assistant", std::move(full_text)));
+    return result;
+  }
 };
 
 Session::Session(Pipeline& pipeline) : impl_(std::make_unique<Impl>()) { impl_->pipeline = pipeline.impl_.get(); }
@@ -16,29 +34,26 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
+// Both calls put the conversation in place first and undo that on an error,
+// so the history (which may hold images' bytes) is never copied.
 GenerationResult Session::send(Message message, const GenerationOptions& options) {
-  std::vector<Message> messages = impl_->messages;
-  messages.push_back(std::move(message));
-  return respond(std::move(messages), options);
+  impl_->messages.push_back(std::move(message));
+  try {
+    return impl_->answer(options);
+  } catch (...) {
+    impl_->messages.pop_back();
+    throw;
+  }
 }
 
 GenerationResult Session::respond(std::vector<Message> messages, const GenerationOptions& options) {
-  if (messages.empty()) fail("the conversation has no messages");
-  if (messages.back().role != "user")
-    fail("the conversation must end with a user message (the last one is \"", messages.back().role, "\")");
-  for (std::size_t i = 0; i < messages.size(); ++i) {
-    const std::string& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant")
-      fail("message ", i, ": role \"", r, "\" is not one of \"system\", \"user\", \"assistant\"");
+  std::swap(impl_->messages, messages);
+  try {
+    return impl_->answer(options);
+  } catch (...) {
+    std::swap(impl_->messages, messages);
+    throw;
   }
-  TurnInput input;
-  input.messages = std::move(messages);
-  std::string full_text;
-  GenerationResult result = impl_->pipeline->run(input, options, impl_->state, &full_text);
-  // Only a request that ran changes the conversation.
-  impl_->messages = std::move(input.messages);
-  impl_->messages.push_back(Message::text("assistant", std::move(full_text)));
-  return result;
 }
 
 const std::vector<Message>& Session::messages() const { return impl_->messages; }

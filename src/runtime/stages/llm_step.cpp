@@ -71,11 +71,11 @@ void run_block(Graph& llm, SessionState& session, const ModelFamily& family, con
     std::fill_n(llm.block_mask.data() + r * CL, start, 0.0f);  // the past this sequence has
     std::fill_n(llm.block_mask.data() + r * CL + past, r + 1, 0.0f);  // causal within the block
   }
-  std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * AR), 0);  // padding rows at position 0
-  for (int a = 0; a < 3; ++a) std::copy_n(positions + a * T, T, pos.data() + a * AR);
+  llm.block_pos.assign(static_cast<std::size_t>(3 * AR), 0);  // padding rows at position 0
+  for (int a = 0; a < 3; ++a) std::copy_n(positions + a * T, T, llm.block_pos.data() + a * AR);
   llm.block_cos.resize(static_cast<std::size_t>(AR * half));
   llm.block_sin.resize(llm.block_cos.size());
-  family.rope_tables(pos.data(), AR, llm.block_cos.data(), llm.block_sin.data());
+  family.rope_tables(llm.block_pos.data(), AR, llm.block_cos.data(), llm.block_sin.data());
   llm.block_ds.assign(static_cast<std::size_t>(n_ds * AR * H), 0.0f);  // zeros at text rows
   for (std::int64_t d = 0; d < n_ds; ++d)
     for (std::int64_t t = 0; t < T; ++t)

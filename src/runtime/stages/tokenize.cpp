@@ -39,8 +39,8 @@ class TokenizeStage final : public Stage {
       text = ctx.input.raw_text;
     } else {
       if (m.chat_template == "none") fail(m.source, ": this plan has no chat template; give a raw prompt");
-      text = ctx.res.chat_template ? ctx.res.chat_template->render(ctx.input.messages, /*add_generation_prompt=*/true)
-                                   : ctx.res.family->render_chat(ctx.input.messages, /*add_generation_prompt=*/true);
+      text = ctx.res.chat_template ? ctx.res.chat_template->render(*ctx.input.messages, /*add_generation_prompt=*/true)
+                                   : ctx.res.family->render_chat(*ctx.input.messages, /*add_generation_prompt=*/true);
     }
     ctx.ids = expand_image_pads(ctx.res.tokenizer->encode(text), ctx);
     if (ctx.ids.empty()) fail("the prompt is empty: nothing to generate from");
