@@ -1,0 +1,259 @@
+"""Shared pieces of the QNN generators: reading a QHexRT bundle, building fp16 ONNX graphs
+whose matrices stay int8 on the HTP, and preparing them with ONNX Runtime's QNN EP.
+
+Run with the QNN venv ($QHX_CACHE/qnn/venv, scripts/setup_qnn.sh): onnx, numpy and ONNX
+Runtime with the onnxruntime-qnn plugin EP; no torch.
+
+Weights come from a CPU bundle written by `qhx_export --weights w8` (docs/bundle.md): every
+matrix is int8 per output row with an f32 scale, so the HTP graphs and the CPU backend run the
+very same quantized weights. On the HTP a matrix is `com.microsoft::MatMulNBits` with `bits=8`
+and `block_size=K` (one block per row: the bundle's per-row scale), zero point 128 (the
+default), so q in [-127, 127] is stored as the byte q + 128. The scale travels as fp16 (the
+activations' type, which MatMulNBits requires), a rounding of at most 2^-11 of itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F16 = TensorProto.FLOAT16
+OPSET = 23          # RMSNormalization, LayerNormalization (one HTP op each)
+MS_DOMAIN = "com.microsoft"
+SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "87")}  # soc -> (htp_arch, soc_model)
+
+
+# --- bundle reading -------------------------------------------------------------------------
+
+_DT = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8}
+
+
+def read_bundle_file(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of a bundle .bin (a safetensors file), padding entries left out."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        base = 8 + n
+        out = {}
+        for name, meta in header.items():
+            if name == "__metadata__" or name.startswith("__pad."):
+                continue
+            a, b = meta["data_offsets"]
+            f.seek(base + a)
+            raw = f.read(b - a)
+            dt = meta["dtype"]
+            if dt == "BF16":
+                arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                arr = np.frombuffer(raw, _DT[dt])
+            out[name] = arr.reshape(meta["shape"])
+    return out
+
+
+class Weights:
+    """A bundle's tensors by Hugging Face name: w8 matrices as (q int8 [N, K], scale f32 [N])."""
+
+    def __init__(self, bundle: Path, files: list[str]):
+        self.t: dict[str, np.ndarray] = {}
+        for f in files:
+            self.t.update(read_bundle_file(bundle / f))
+
+    def matrix(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        q = self.t[name]
+        if q.dtype != np.int8 or name + ".scale" not in self.t:
+            sys.exit(f"{name}: expected a w8 matrix (int8 with a .scale); export the bundle with --weights w8")
+        return q, self.t[name + ".scale"].astype(np.float32)
+
+    def vector(self, name: str) -> np.ndarray:
+        return self.t[name].astype(np.float32)
+
+    def has(self, name: str) -> bool:
+        return name in self.t
+
+
+# --- ONNX building --------------------------------------------------------------------------
+
+class Builder:
+    """An fp16 ONNX graph under construction; every intermediate gets a readable name."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.n = 0
+        self.weight_bytes = 0  # bytes of matrices as int8 (what the binary should hold)
+
+    def tmp(self, base: str) -> str:
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def const(self, name: str, arr: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def ints(self, vals: list[int], base: str = "c") -> str:
+        return self.const(self.tmp(base), np.array(vals, np.int64))
+
+    def f16(self, arr, name: str) -> str:
+        return self.const(name, np.asarray(arr, np.float32).astype(np.float16))
+
+    def op(self, op: str, ins: list[str], base: str, domain: str = "", **attrs) -> str:
+        out = self.tmp(base)
+        self.nodes.append(helper.make_node(op, ins, [out], domain=domain or None, **attrs))
+        return out
+
+    def output(self, tensor: str, name: str) -> None:
+        self.nodes.append(helper.make_node("Identity", [tensor], [name]))
+
+    def linear_w8(self, x: str, q: np.ndarray, scale: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
+        """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits."""
+        N, K = q.shape
+        if K % 4 != 0:
+            sys.exit(f"{name}: K = {K} is not a multiple of 4 (MatMulNBits' block size must be)")
+        packed = (q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
+        ins = [x, self.const(f"{name}.q", packed), self.f16(scale, f"{name}.scale")]
+        if bias is not None:
+            ins += ["", "", self.f16(bias, f"{name}.bias")]  # zero_points, g_idx absent
+        self.weight_bytes += N * K
+        return self.op("MatMulNBits", ins, name, domain=MS_DOMAIN, K=K, N=N, bits=8, block_size=K)
+
+    def rms_norm(self, x: str, w: np.ndarray, eps: float, name: str) -> str:
+        return self.op("RMSNormalization", [x, self.f16(w, f"{name}.weight")], name, axis=-1, epsilon=float(eps))
+
+    def layer_norm(self, x: str, w: np.ndarray, b: np.ndarray, eps: float, name: str) -> str:
+        return self.op("LayerNormalization", [x, self.f16(w, f"{name}.weight"), self.f16(b, f"{name}.bias")], name,
+                       axis=-1, epsilon=float(eps))
+
+    def gelu_tanh(self, x: str, name: str) -> str:
+        return self.op("Gelu", [x], name, approximate="tanh")
+
+    def reshape(self, x: str, shape: list[int], name: str) -> str:
+        return self.op("Reshape", [x, self.ints(shape, f"{name}.shape")], name)
+
+    def transpose(self, x: str, perm: list[int], name: str) -> str:
+        return self.op("Transpose", [x], name, perm=perm)
+
+    def slice(self, x: str, start: int, end: int, axis: int, name: str) -> str:
+        return self.op("Slice", [x, self.ints([start]), self.ints([end]), self.ints([axis])], name)
+
+    def model(self, name: str, inputs: list[tuple[str, list[int]]], outputs: list[tuple[str, list[int]]]) -> onnx.ModelProto:
+        g = helper.make_graph(self.nodes, name,
+                              [helper.make_tensor_value_info(n, F16, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, F16, s) for n, s in outputs],
+                              initializer=self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
+                              producer_name="qhexrt")
+        m.ir_version = 10
+        onnx.checker.check_model(m)
+        return m
+
+
+def io_json(model: onnx.ModelProto) -> dict:
+    def conv(vs):
+        return [{"name": v.name, "dtype": TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower(),
+                 "shape": [d.dim_value for d in v.type.tensor_type.shape.dim]} for v in vs]
+    return {"inputs": conv(model.graph.input), "outputs": conv(model.graph.output)}
+
+
+# --- preparing for the HTP with ONNX Runtime's QNN EP ---------------------------------------
+
+def _qnn_devices():
+    import onnxruntime as ort
+    import onnxruntime_qnn as qnn_ep
+    ep_name = "QNNExecutionProvider"
+    if ep_name not in {d.ep_name for d in ort.get_ep_devices()}:
+        ort.register_execution_provider_library(ep_name, qnn_ep.get_library_path())
+    return [d for d in ort.get_ep_devices() if d.ep_name == ep_name]
+
+
+def _session_options(ctx_path: Path, arch: str, soc: str, embed: bool, share: bool, last: bool, opt_mode: str):
+    import onnxruntime as ort
+    import onnxruntime_qnn as qnn_ep
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")  # all of it on the HTP, or fail
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", "1" if embed else "0")
+    so.add_session_config_entry("ep.context_file_path", str(ctx_path))
+    if share:
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        if last:
+            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+    so.add_provider_for_devices(_qnn_devices(), {
+        "backend_path": qnn_ep.get_qnn_htp_path(), "htp_arch": arch, "soc_model": soc,
+        "enable_htp_prepare_only": "1", "htp_graph_finalization_optimization_mode": opt_mode})
+    return so
+
+
+def _ep_context_nodes(ctx_path: Path, name: str) -> dict:
+    ctx = onnx.load(str(ctx_path), load_external_data=False)
+    nodes = [n for n in ctx.graph.node if n.op_type == "EPContext"]
+    if len(ctx.graph.node) != 1 or len(nodes) != 1:
+        sys.exit(f"{name}: expected the whole graph in one EPContext node (nothing on the CPU), got "
+                 f"{[n.op_type for n in ctx.graph.node]}")
+    return {a.name: a for a in nodes[0].attribute}
+
+
+def prepare(model: onnx.ModelProto, out_dir: Path, name: str, arch: str, soc: str, opt_mode: str = "1") -> dict:
+    """One graph -> the QNN context binary `name`.bin (one graph in it)."""
+    import onnxruntime as ort
+    ctx_path = out_dir / f"{name}.ctx.onnx"
+    ctx_path.unlink(missing_ok=True)  # ORT refuses to overwrite an EP-context model
+    so = _session_options(ctx_path, arch, soc, embed=True, share=False, last=False, opt_mode=opt_mode)
+    t0 = time.perf_counter()
+    ort.InferenceSession(model.SerializeToString(), sess_options=so)
+    seconds = time.perf_counter() - t0
+    attrs = _ep_context_nodes(ctx_path, name)
+    blob = attrs["ep_cache_context"].s
+    (out_dir / f"{name}.bin").write_bytes(blob)
+    ctx_path.unlink()
+    return {"file": f"{name}.bin", "graphs": [attrs["partition_name"].s.decode()],
+            "prepare_seconds": round(seconds, 3), "ep_sdk_version": attrs["ep_sdk_version"].s.decode(),
+            "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(), "htp_arch": int(arch),
+            "soc_model": int(soc)}
+
+
+def prepare_shared(models: list[tuple[str, onnx.ModelProto]], out_dir: Path, name: str, arch: str, soc: str,
+                   opt_mode: str = "1") -> dict:
+    """Several graphs over one weight set -> one weight-shared context binary `name`.bin.
+
+    Sessions created one after another in this process with identical provider options,
+    ep.share_ep_contexts=1 (the last also ep.stop_share_ep_contexts=1) and embed mode 0: ORT
+    writes one .bin that every EP-context model names in its ep_cache_context attribute.
+    The graphs must name their shared initializers identically.
+    """
+    import onnxruntime as ort
+    graphs, seconds, cache = [], 0.0, None
+    ctx_paths = []
+    for i, (gname, model) in enumerate(models):
+        ctx_path = out_dir / f"{name}.{gname}.ctx.onnx"
+        ctx_path.unlink(missing_ok=True)
+        so = _session_options(ctx_path, arch, soc, embed=False, share=True, last=i == len(models) - 1,
+                              opt_mode=opt_mode)
+        t0 = time.perf_counter()
+        ort.InferenceSession(model.SerializeToString(), sess_options=so)
+        seconds += time.perf_counter() - t0
+        attrs = _ep_context_nodes(ctx_path, gname)
+        file = attrs["ep_cache_context"].s.decode()
+        if cache is not None and file != cache:
+            sys.exit(f"{name}: graph {gname} went to {file}, not to the shared {cache}")
+        cache = file
+        graphs.append(attrs["partition_name"].s.decode())
+        sdk = attrs["ep_sdk_version"].s.decode()
+        ctx_paths.append(ctx_path)
+    src = out_dir / cache
+    dst = out_dir / f"{name}.bin"
+    src.replace(dst)
+    for p in ctx_paths:
+        p.unlink()
+    blob = dst.read_bytes()
+    return {"file": dst.name, "graphs": graphs, "prepare_seconds": round(seconds, 3), "ep_sdk_version": sdk,
+            "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(), "htp_arch": int(arch),
+            "soc_model": int(soc)}
