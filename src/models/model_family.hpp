@@ -41,6 +41,11 @@ class ModelFamily {
   virtual std::int64_t image_size_factor() const = 0;
   // How many image-pad tokens an image of this grid becomes in the prompt.
   virtual std::int64_t image_tokens(const ImageGrid& grid) const = 0;
+  // Host-side 2-D rope tables for vision graphs that take them (a fixed-size NPU
+  // graph): cos/sin [n, width] for the n patches of `grid`, width the vision
+  // head_dim or its half (the halves are equal under rotate_half).
+  virtual void vision_rope_tables(const ImageGrid& grid, std::int64_t n, std::int64_t width, float* cos,
+                                  float* sin) const = 0;
 
   // --- text -----------------------------------------------------------------------
   // Positions of the whole prompt `ids` with its images' grids in order.

@@ -13,7 +13,14 @@ namespace qwen3vl {
 Family::Family(Qwen3VLConfig config)
     : cfg_(std::move(config)),
       inv_freq_(nn::rope_inv_freq(cfg_.text.rope_theta, cfg_.text.head_dim)),
-      axes_(nn::mrope_interleaved_axes(cfg_.text.mrope_section, cfg_.text.head_dim / 2)) {}
+      axes_(nn::mrope_interleaved_axes(cfg_.text.mrope_section, cfg_.text.head_dim / 2)),
+      vision_rope_(cfg_.vision) {}
+
+void Family::vision_rope_tables(const qhx::ImageGrid& grid, std::int64_t n, std::int64_t width, float* cos,
+                                float* sin) const {
+  const std::int64_t g[] = {grid.t, grid.h, grid.w};
+  vision_rope_.tables(g, n, width, cos, sin);
+}
 
 std::int64_t Family::image_tokens(const qhx::ImageGrid& g) const {
   const std::int64_t merge = cfg_.vision.spatial_merge_size;

@@ -8,6 +8,7 @@
 
 #include "models/model_family.hpp"
 #include "qhexrt/hf_config.hpp"
+#include "qwen3vl/vision_rope.hpp"
 
 namespace qhx::qwen3vl {
 
@@ -22,6 +23,8 @@ class Family final : public ModelFamily {
   std::int64_t patch_size() const override { return cfg_.vision.patch_size; }
   std::int64_t image_size_factor() const override { return cfg_.vision.patch_size * cfg_.vision.spatial_merge_size; }
   std::int64_t image_tokens(const ImageGrid& g) const override;
+  void vision_rope_tables(const ImageGrid& grid, std::int64_t n, std::int64_t width, float* cos,
+                          float* sin) const override;
   Positions positions(std::span<const std::int32_t> ids, std::span<const ImageGrid> grids) const override;
   std::string render_chat(const std::vector<Message>& messages, bool add_generation_prompt) const override;
   void rope_tables(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const override;
@@ -30,6 +33,7 @@ class Family final : public ModelFamily {
   Qwen3VLConfig cfg_;
   std::vector<float> inv_freq_;     // [head_dim / 2], the text rope's, computed once
   std::vector<std::uint8_t> axes_;  // the M-RoPE axis of each frequency
+  VisionRope vision_rope_;
 };
 
 // The Qwen3-VL config behind a family (the stages only Qwen3-VL has, e.g. its stage F, need it).

@@ -1,4 +1,5 @@
 #include "qwen3vl/vision_encoder.hpp"
+#include "qwen3vl/vision_rope.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -41,8 +42,6 @@ class VisionEncoder final : public Delegate {
   void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) override;
 
  private:
-  void rope_tables(std::span<const std::int64_t> grid, std::int64_t n, std::vector<float>& cos,
-                   std::vector<float>& sin) const;
   void merge(const Merger& m, const float* x, std::int64_t n, float* out);
 
   std::string name_;
@@ -52,7 +51,7 @@ class VisionEncoder final : public Delegate {
   std::vector<Block> blocks_;
   std::vector<Merger> deepstack_;  // in the order of deepstack_visual_indexes
   Merger merger_;
-  std::vector<float> inv_freq_;    // [head_dim / 4]
+  std::optional<VisionRope> rope_;
   const cpu::KernelSet* k_ = &cpu::active_kernels();
   // Attention's two products take int8 too when the graph's matrices do (a
   // quantized bundle on the plan's int8 path); f32 weights keep f32 attention.
@@ -120,41 +119,7 @@ void VisionEncoder::init(const GraphBlob& blob) {
     cpu::prepare(plan, m->fc2.w);
   }
   if (blob.image_patches > 0) size_scratch(blob.image_patches);
-  // Rotary over head_dim/2 dimensions, half for the row and half for the column, with the
-  // config's vision theta (10000: 4.57 hard-codes it, 5.x reads vision_config.rope_parameters).
-  const std::int64_t dim = head_dim_ / 2;
-  for (std::int64_t i = 0; i < dim / 2; ++i)
-    inv_freq_.push_back(static_cast<float>(
-        1.0 / std::pow(cfg_.rope_theta, static_cast<double>(static_cast<float>(2 * i) / static_cast<float>(dim)))));
-}
-
-// cos/sin [n, head_dim]: for the patch at (row, col) the angles are
-// [row·inv_freq, col·inv_freq], twice. Rows follow the 2×2 merge-window order.
-void VisionEncoder::rope_tables(std::span<const std::int64_t> grid, std::int64_t n, std::vector<float>& cos,
-                                std::vector<float>& sin) const {
-  const std::int64_t m = cfg_.spatial_merge_size, hd = head_dim_, q = static_cast<std::int64_t>(inv_freq_.size());
-  cos.resize(static_cast<std::size_t>(n * hd));
-  sin.resize(cos.size());
-  std::int64_t r = 0;
-  for (std::size_t img = 0; img < grid.size() / 3; ++img) {
-    const std::int64_t t = grid[img * 3], gh = grid[img * 3 + 1], gw = grid[img * 3 + 2];
-    for (std::int64_t f = 0; f < t; ++f)
-      for (std::int64_t bh = 0; bh < gh / m; ++bh)
-        for (std::int64_t bw = 0; bw < gw / m; ++bw)
-          for (std::int64_t j = 0; j < m * m; ++j, ++r) {
-            const auto row = static_cast<float>(bh * m + j / m), col = static_cast<float>(bw * m + j % m);
-            for (std::int64_t i = 0; i < q; ++i) {
-              const float a_row = row * inv_freq_[static_cast<std::size_t>(i)];
-              const float a_col = col * inv_freq_[static_cast<std::size_t>(i)];
-              for (const std::int64_t base : {std::int64_t{0}, 2 * q}) {
-                cos[static_cast<std::size_t>(r * hd + base + i)] = static_cast<float>(std::cos(double{a_row}));
-                sin[static_cast<std::size_t>(r * hd + base + i)] = static_cast<float>(std::sin(double{a_row}));
-                cos[static_cast<std::size_t>(r * hd + base + q + i)] = static_cast<float>(std::cos(double{a_col}));
-                sin[static_cast<std::size_t>(r * hd + base + q + i)] = static_cast<float>(std::sin(double{a_col}));
-              }
-            }
-          }
-  }
+  rope_.emplace(cfg_);
 }
 
 // out [n/4, out_hidden] from x [n, hidden]: group each 2×2 window's 4 rows into one vector.
@@ -193,7 +158,9 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
   if (out[0].shape[0] != n / (m * m) || out[1].shape[1] != n / (m * m))
     fail("graph \"", name_, "\": outputs must have ", n / (m * m), " rows");
 
-  rope_tables(grid, n, s_.cos, s_.sin);
+  s_.cos.resize(static_cast<std::size_t>(n * head_dim_));
+  s_.sin.resize(s_.cos.size());
+  rope_->tables(grid, n, head_dim_, s_.cos.data(), s_.sin.data());
   if (debug::dumping()) {
     debug::dump("vision.rope_cos", s_.cos.data(), {n, head_dim_});
     debug::dump("vision.rope_sin", s_.sin.data(), {n, head_dim_});

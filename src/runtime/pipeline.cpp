@@ -56,11 +56,15 @@ const IoSpec& Graph::output(std::string_view n) const {
   fail("graph \"", name, "\" has no output named \"", n, "\" (a stage needs it; the graph's kind has another contract)");
 }
 
+bool Graph::has_input(std::string_view n) const {
+  return std::any_of(inputs.begin(), inputs.end(), [&](const IoSpec& s) { return s.name == n; });
+}
+
 namespace {
 
 // The bound tensors in the order of `specs`; every spec bound exactly once.
-std::vector<TensorRef> order_bindings(const Graph& g, const std::vector<IoSpec>& specs,
-                                      std::initializer_list<Binding> bound, const char* what) {
+std::vector<TensorRef> order_bindings(const Graph& g, const std::vector<IoSpec>& specs, std::span<const Binding> bound,
+                                      const char* what) {
   std::vector<TensorRef> out;
   out.reserve(specs.size());
   for (const IoSpec& s : specs) {
@@ -79,6 +83,10 @@ std::vector<TensorRef> order_bindings(const Graph& g, const std::vector<IoSpec>&
 }  // namespace
 
 void Graph::run(std::initializer_list<Binding> in, std::initializer_list<Binding> out) {
+  run(std::span<const Binding>(in.begin(), in.size()), std::span<const Binding>(out.begin(), out.size()));
+}
+
+void Graph::run(std::span<const Binding> in, std::span<const Binding> out) {
   const auto ins = order_bindings(*this, inputs, in, "input");
   const auto outs = order_bindings(*this, outputs, out, "output");
   delegate->execute(ins, outs);

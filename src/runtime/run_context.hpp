@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,9 +71,12 @@ struct Graph {
   // that pairs a stage with a graph of another contract fails at load).
   const IoSpec& input(std::string_view name) const;
   const IoSpec& output(std::string_view name) const;
+  // Whether the contract has an optional input (a decode block graph has no DeepStack input).
+  bool has_input(std::string_view name) const;
   // Runs the graph with tensors bound by name: every input and output of the
   // contract must be bound, and nothing else.
   void run(std::initializer_list<Binding> inputs, std::initializer_list<Binding> outputs);
+  void run(std::span<const Binding> inputs, std::span<const Binding> outputs);
 };
 
 struct Resources {

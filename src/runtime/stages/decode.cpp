@@ -67,7 +67,7 @@ class DecodeStage final : public Stage {
       table.gather(&tok, 1, x.data());
       const std::int64_t p = L + step;  // sequence index of this token
       std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
-      run_llm_step(llm, head, ctx.session, *res.family, x.data(), pos, 1, p, nullptr, 0, nullptr, false, ctx.logits);
+      run_llm_step(llm, head, ctx.session, *res.family, x.data(), pos, 1, p, nullptr, 0, nullptr, 1, ctx.logits);
       ctx.session.ids.push_back(tok);
       ++out.timings.decode_steps;
     }

@@ -84,16 +84,28 @@ void run_block(Graph& llm, SessionState& session, const ModelFamily& family, con
   llm.new_k.resize(static_cast<std::size_t>(AR * row));
   llm.new_v.resize(llm.new_k.size());
   const std::vector<std::int64_t> past_shape = pk.shape, new_shape = llm.output("new_key").shape;
-  llm.run({{"inputs_embeds", {DType::F32, {AR, H}, llm.block_in.data()}},
-           {"attention_mask", {DType::F32, {AR, CL}, llm.block_mask.data()}},
-           {"rope_cos", {DType::F32, {AR, half}, llm.block_cos.data()}},
-           {"rope_sin", {DType::F32, {AR, half}, llm.block_sin.data()}},
-           {"past_key", {DType::F32, past_shape, keys}},
-           {"past_value", {DType::F32, past_shape, values}},
-           {"deepstack", {DType::F32, {n_ds, AR, H}, llm.block_ds.data()}}},
-          {{"hidden", {DType::F32, {AR, H}, llm.block_out.data()}},
-           {"new_key", {DType::F32, new_shape, llm.new_k.data()}},
-           {"new_value", {DType::F32, new_shape, llm.new_v.data()}}});
+  std::vector<Binding> ins{{"inputs_embeds", {DType::F32, {AR, H}, llm.block_in.data()}},
+                           {"attention_mask", {DType::F32, {AR, CL}, llm.block_mask.data()}},
+                          {"rope_cos", {DType::F32, {AR, half}, llm.block_cos.data()}},
+                          {"rope_sin", {DType::F32, {AR, half}, llm.block_sin.data()}},
+                          {"past_key", {DType::F32, past_shape, keys}},
+                          {"past_value", {DType::F32, past_shape, values}}};
+  // A decode block graph (AR 1) has no DeepStack input: its tokens are generated text.
+  if (llm.has_input("deepstack")) {
+    const IoSpec& ds = llm.input("deepstack");
+    const std::int64_t want = ds.shape[0] < 0 ? n_ds : ds.shape[0];
+    if (n_ds > want)
+      fail("graph \"", llm.name, "\": ", n_ds, " DeepStack layers for a graph that takes ", want);
+    llm.block_ds.resize(static_cast<std::size_t>(want * AR * H), 0.0f);
+    ins.push_back({"deepstack", {DType::F32, {want, AR, H}, llm.block_ds.data()}});
+  } else if (n_ds > 0 && std::any_of(image_mask, image_mask + T, [](std::uint8_t m) { return m != 0; })) {
+    fail("graph \"", llm.name, "\" takes no DeepStack features, but its block holds image tokens ",
+         "(image tokens go through the prefill graph)");
+  }
+  const Binding out[] = {{"hidden", {DType::F32, {AR, H}, llm.block_out.data()}},
+                         {"new_key", {DType::F32, new_shape, llm.new_k.data()}},
+                         {"new_value", {DType::F32, new_shape, llm.new_v.data()}}};
+  llm.run(ins, out);
   std::copy_n(llm.new_k.data(), T * row, keys + start * row);
   std::copy_n(llm.new_v.data(), T * row, values + start * row);
   std::copy_n(llm.block_out.data(), T * H, hidden);
@@ -103,7 +115,7 @@ void run_block(Graph& llm, SessionState& session, const ModelFamily& family, con
 
 void check_llm_contract(const Graph& llm, const Graph& lm_head) {
   if (is_block_contract(llm)) {
-    for (const char* name : {"inputs_embeds", "attention_mask", "rope_cos", "rope_sin", "past_key", "past_value", "deepstack"})
+    for (const char* name : {"inputs_embeds", "attention_mask", "rope_cos", "rope_sin", "past_key", "past_value"})
       (void)llm.input(name);
     for (const char* name : {"hidden", "new_key", "new_value"}) (void)llm.output(name);
   } else {
@@ -118,7 +130,8 @@ std::int64_t llm_block(const Graph& llm) { return is_block_contract(llm) ? llm.i
 
 void run_llm_step(Graph& llm, Graph& lm_head, SessionState& session, const ModelFamily& family, const float* embeds,
                   const std::int32_t* positions, std::int64_t T, std::int64_t start, const float* deepstack,
-                  std::int64_t n_deepstack, const std::uint8_t* image_mask, bool all_rows, std::vector<float>& out) {
+                  std::int64_t n_deepstack, const std::uint8_t* image_mask, std::int64_t logit_rows,
+                  std::vector<float>& out) {
   const std::int64_t H = llm.output("hidden").shape[1];
   // Buffers kept on the graph: the decode loop allocates nothing here once warm.
   if (image_mask == nullptr) {
@@ -132,7 +145,8 @@ void run_llm_step(Graph& llm, Graph& lm_head, SessionState& session, const Model
   } else {
     run_state(llm, session, embeds, positions, T, start, deepstack, n_deepstack, image_mask, hidden);
   }
-  const std::int64_t rows = all_rows ? T : 1;
+  const std::int64_t rows = std::min(logit_rows, T);
+  if (rows <= 0) return;  // a chunk before the prompt's last: the lm-head is not run
 
   const std::int64_t V = lm_head.output("y").shape[1];
   out.resize(static_cast<std::size_t>(rows * V));

@@ -75,8 +75,9 @@ class PrefillStage final : public Stage {
           std::copy_n(f.deepstack.data() + (d * f.tokens + row) * H, H, ds.data() + (d * T + i) * H);
       }
       const bool all_rows = ctx.options.keep_prompt_logits;
+      const std::int64_t logit_rows = all_rows ? T : (s + T == L ? 1 : 0);  // the lm-head once, at the last token
       run_llm_step(llm, head, ctx.session, *res.family, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
-                   mask.data() + (s - P), all_rows, logits);
+                   mask.data() + (s - P), logit_rows, logits);
       ctx.session.ids.insert(ctx.session.ids.end(), ctx.ids.begin() + s, ctx.ids.begin() + s + T);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
     }

@@ -12,7 +12,7 @@ namespace {
 
 class VisionStage final : public Stage {
  public:
-  explicit VisionStage(std::string graph) : graph_(std::move(graph)) {}
+  VisionStage(std::string graph, std::int64_t fixed_patches) : graph_(std::move(graph)), fixed_patches_(fixed_patches) {}
 
   void run(RunContext& ctx) override {
     Graph& g = ctx.res.graph(graph_);
@@ -23,6 +23,9 @@ class VisionStage final : public Stage {
       const auto t0 = Clock::now();
       const std::int64_t n = static_cast<std::int64_t>(im.vision_hidden.size()) / hidden;
       if (n == 0) fail("vision: no patch embeddings (the plan needs a \"patch_embed\" stage before \"vision\")");
+      if (fixed_patches_ > 0 && n != fixed_patches_)
+        fail("vision: graph \"", graph_, "\" takes images of ", fixed_patches_, " patches; this one has ", n,
+             " (the plan must resize every image to the size the graph was prepared for)");
       std::int64_t grid[] = {im.t, im.gh, im.gw};
       auto f = std::make_shared<ImageFeatures>();
       f->tokens = im.n_pads;
@@ -30,9 +33,19 @@ class VisionStage final : public Stage {
       f->n_deepstack = n_ds;
       f->embeds.resize(static_cast<std::size_t>(f->tokens * out));
       f->deepstack.resize(static_cast<std::size_t>(n_ds * f->tokens * out));
-      g.run({{"hidden", {DType::F32, {n, hidden}, im.vision_hidden.data()}}, {"grid_thw", {DType::I64, {1, 3}, grid}}},
-            {{"image_embeds", {DType::F32, {f->tokens, out}, f->embeds.data()}},
-             {"deepstack", {DType::F32, {n_ds, f->tokens, out}, f->deepstack.data()}}});
+      std::vector<Binding> in{{"hidden", {DType::F32, {n, hidden}, im.vision_hidden.data()}}};
+      if (g.has_input("grid_thw")) in.push_back({"grid_thw", {DType::I64, {1, 3}, grid}});
+      if (g.has_input("rope_cos")) {  // a graph without the rope inside: the host computes its tables
+        const std::int64_t width = g.input("rope_cos").shape[1];
+        cos_.resize(static_cast<std::size_t>(n * width));
+        sin_.resize(cos_.size());
+        ctx.res.family->vision_rope_tables({im.t, im.gh, im.gw}, n, width, cos_.data(), sin_.data());
+        in.push_back({"rope_cos", {DType::F32, {n, width}, cos_.data()}});
+        in.push_back({"rope_sin", {DType::F32, {n, width}, sin_.data()}});
+      }
+      const Binding outs[] = {{"image_embeds", {DType::F32, {f->tokens, out}, f->embeds.data()}},
+                              {"deepstack", {DType::F32, {n_ds, f->tokens, out}, f->deepstack.data()}}};
+      g.run(in, outs);
       im.vision_hidden = {};
       ctx.res.image_cache.insert(im.key, f);
       im.features = std::move(f);
@@ -44,6 +57,8 @@ class VisionStage final : public Stage {
 
  private:
   std::string graph_;
+  std::int64_t fixed_patches_;     // > 0: the graph takes images of this many patches only
+  std::vector<float> cos_, sin_;  // [n, width] rope tables, for graphs that take them
 };
 
 }  // namespace
@@ -51,11 +66,15 @@ class VisionStage final : public Stage {
 std::unique_ptr<Stage> make_vision_stage(const ManifestStage& stage, Resources& res) {
   std::string graph = stage_ref(stage, "graph");
   const Graph& g = res.graph(graph);
-  (void)g.input("hidden");
-  (void)g.input("grid_thw");
+  const std::int64_t patches = g.input("hidden").shape[0];
+  // Where the graph gets the patches' positions: their grid, or rope tables the host computes.
+  if (!g.has_input("grid_thw")) {
+    (void)g.input("rope_cos");
+    (void)g.input("rope_sin");
+  }
   (void)g.output("image_embeds");
   (void)g.output("deepstack");
-  return std::make_unique<VisionStage>(std::move(graph));
+  return std::make_unique<VisionStage>(std::move(graph), patches > 0 ? patches : 0);
 }
 
 }  // namespace qhx
