@@ -1,22 +1,36 @@
-// The qnn-htp backend: graph kind "qnn.context_graph" runs one graph of a QNN context
-// binary on the HTP (emulated on x86-64) through the QAIRT runtime libraries.
+// The qnn-htp backend: graph kind "qnn.context_graph" runs graphs of QNN context binaries
+// on the HTP (emulated on x86-64) through the QAIRT runtime libraries.
 //
-// Manifest entry keys:
-//   context_binary  the .bin file (a QNN context binary, e.g. from tools/qnn/make_qnn_graphs.py)
-//   graph           the graph's name in the binary (optional when the binary holds one graph)
-//   soc_model       optional: the Qnn_SocModel_t the plan targets (69 = SM8750, HTP v79).
-//                   Context binaries are pinned to one HTP arch; on a device the wrong one
-//                   fails in QnnContext_createFromBinary, but the x86-64 emulator runs a binary
-//                   of any arch, so the plan states its target and QHexRT checks the binary.
-//   row_blocks      optional, default false: the first dimension of every input and output
-//                   is a row count, and a call with R rows runs the graph R / r times on
-//                   consecutive blocks of r rows (r = the graph's own first dimension). This
-//                   is how a [1, hidden] -> [1, vocab] lm-head serves the stages' [T, hidden].
+// Manifest entry keys (docs/qnn.md):
+//   context_binary   the .bin file (a QNN context binary, tools/qnn/make_qnn_bundle.py)
+//   graph            the graph's name in the binary (optional when the binary holds one graph)
+//   emulator_binary  optional: a binary to run instead on an x86-64 host, where the HTP is
+//   emulator_graph   emulated and the emulator refuses weight-shared multi-graph binaries
+//                    ("Shared weights buffer isn't supported on this platform"): the
+//                    generator's non-shared twin of the same graph
+//   soc_model        optional: the Qnn_SocModel_t the plan targets (69 = SM8750, HTP v79).
+//                    Context binaries are pinned to one HTP arch; on a device the wrong one
+//                    fails in QnnContext_createFromBinary, but the x86-64 emulator runs a binary
+//                    of any arch, so the plan states its target and QHexRT checks the binary.
+//   row_blocks       optional, default false: the first dimension of every input and output
+//                    is a row count, and a call with R rows runs the graph R / r times on
+//                    consecutive blocks of r rows (r = the graph's own first dimension). This
+//                    is how a [1, hidden] -> [1, vocab] lm-head serves the stages' [T, hidden].
+//   parts            instead of context_binary/graph: a decoder split along its layers, a list
+//                    of {context_binary, graph, emulator_binary, emulator_graph} run in order.
+//                    Part k's "inputs_embeds" is part k-1's "hidden"; the KV tensors
+//                    ("past_*" inputs, "new_*" outputs, [rows, layers, ...]) are each part's
+//                    slice of the whole along axis 1; every other input goes to each part
+//                    that takes it. The graph's contract is the whole decoder's.
 //
-// Inputs and outputs are the graph's, in the binary's order, with the binary's shapes.
-// Float tensors (float16 or float32 in the binary) are f32 to the stages, as on the CPU
-// backend, and converted at the boundary; int32, int8 and uint8 pass through.
+// Several entries naming one binary share one context (the prefill and decode graphs of a
+// weight-shared binary are one context over one weight set, as on the device).
+//
+// Inputs and outputs are the graph's, with the binary's tensor names and shapes. Float
+// tensors (float16 or float32 in the binary) are f32 to the stages, as on the CPU backend,
+// and converted at the boundary into buffers allocated once; int32, int8 and uint8 pass through.
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "backends/delegate.hpp"
@@ -28,6 +42,12 @@
 namespace qhx {
 namespace qnn {
 namespace {
+
+#if defined(__x86_64__)
+constexpr bool kEmulatedHtp = true;  // libQnnHtp.so on x86-64 is Qualcomm's HTP emulator
+#else
+constexpr bool kEmulatedHtp = false;
+#endif
 
 // The SoC models a message is likeliest to meet (QNN's Qnn_SocModel_t numbering).
 std::string soc_label(std::uint32_t m) {
@@ -54,50 +74,183 @@ DType stage_dtype(const std::string& graph, const TensorInfo& t) {
   }
 }
 
+// A context binary mapped and loaded once, shared by every graph entry that names it.
+struct LoadedBinary {
+  MappedFile file;
+  Context ctx;
+  LoadedBinary(const std::filesystem::path& path, const std::string& what)
+      : file(path), ctx(Runtime::get(), std::span(file.data(), file.size()), what) {}
+};
+
+std::shared_ptr<LoadedBinary> load_binary(const std::filesystem::path& path, const std::string& what) {
+  static std::map<std::string, std::weak_ptr<LoadedBinary>> loaded;  // by canonical path
+  std::error_code ec;
+  const std::string key = std::filesystem::weakly_canonical(path, ec).string();
+  if (auto p = loaded[key].lock()) return p;
+  auto p = std::make_shared<LoadedBinary>(path, what);
+  loaded[key] = p;
+  return p;
+}
+
+// Whether a tensor of a split decoder is each part's slice along axis 1 (its layers).
+bool split_along_layers(const std::string& name, bool input) {
+  return name.rfind(input ? "past_" : "new_", 0) == 0;
+}
+
+// One graph of one binary, with its staging buffers (allocated once, reused every call).
+struct Part {
+  std::shared_ptr<LoadedBinary> bin;
+  std::string graph;
+  const GraphInfo* info = nullptr;
+  std::vector<std::vector<std::byte>> in_bufs, out_bufs;
+  std::int64_t layer0 = 0;  // a split decoder's first layer in this part
+};
+
+std::size_t tensor_bytes(const TensorInfo& t) {
+  std::size_t n = dtype_bytes(t.dtype);
+  for (const auto d : t.dims) n *= d;
+  return n;
+}
+
+// Copies `rows` runs of `run` elements: run r from src + r * src_stride + src_off to
+// dst + r * dst_stride + dst_off, converting f32 <-> f16 where the two sides differ.
+void copy_runs(const void* src, bool src_f16, void* dst, bool dst_f16, std::size_t elem, std::int64_t rows,
+               std::int64_t run, std::int64_t src_stride, std::int64_t src_off, std::int64_t dst_stride,
+               std::int64_t dst_off) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t s0 = r * src_stride + src_off, d0 = r * dst_stride + dst_off;
+    if (src_f16 == dst_f16) {
+      std::memcpy(static_cast<std::byte*>(dst) + d0 * static_cast<std::int64_t>(elem),
+                  static_cast<const std::byte*>(src) + s0 * static_cast<std::int64_t>(elem),
+                  static_cast<std::size_t>(run) * elem);
+    } else if (dst_f16) {
+      const float* s = static_cast<const float*>(src) + s0;
+      auto* d = static_cast<std::uint16_t*>(dst) + d0;
+      for (std::int64_t i = 0; i < run; ++i) d[i] = f32_to_f16(s[i]);
+    } else {
+      const auto* s = static_cast<const std::uint16_t*>(src) + s0;
+      float* d = static_cast<float*>(dst) + d0;
+      for (std::int64_t i = 0; i < run; ++i) d[i] = f16_to_f32(s[i]);
+    }
+  }
+}
+
 class ContextGraph final : public Delegate {
  public:
   void init(const GraphBlob& blob) override {
     name_ = blob.name;
     for (const auto& [key, value] : blob.spec.items())
       if (key != "backend" && key != "kind" && key != "context_binary" && key != "graph" && key != "row_blocks" &&
-          key != "soc_model")
+          key != "soc_model" && key != "emulator_binary" && key != "emulator_graph" && key != "parts")
         fail("graph \"", name_, "\": unknown key \"", key,
-             "\" for qnn.context_graph (known: context_binary, graph, soc_model, row_blocks)");
-    const auto path = blob_file(blob, "context_binary");
-    file_.emplace(path);  // mapped; QNN copies what it needs into the context
-    const std::string what = cat("graph \"", name_, "\" (", path.string(), ")");
-    ctx_.emplace(Runtime::get(), std::span(file_->data(), file_->size()), what);
+             "\" for qnn.context_graph (known: context_binary, graph, emulator_binary, emulator_graph, soc_model, "
+             "row_blocks, parts)");
     if (const auto it = blob.spec.find("soc_model"); it != blob.spec.end()) {
-      if (!it->is_number_integer() || it->get<std::int64_t>() < 0) fail("graph \"", name_, "\": \"soc_model\" must be a Qnn_SocModel_t number");
-      const auto want = it->get<std::uint32_t>();
-      const auto have = ctx_->info().soc_model;
-      if (have == 0)
-        fail("graph \"", name_, "\": ", path.string(), " does not record its SoC model (binary info version ",
-             ctx_->info().version, "), so \"soc_model\": ", want, " cannot be checked");
-      if (have != want)
-        fail("graph \"", name_, "\": ", path.string(), " was prepared for SoC model ", have, " (", soc_label(have),
-             "), the plan targets ", want, " (", soc_label(want),
-             "); context binaries are pinned to one HTP arch: re-prepare it (tools/qnn/make_qnn_graphs.py)");
-    }
-    if (const auto it = blob.spec.find("graph"); it != blob.spec.end()) {
-      if (!it->is_string()) fail("graph \"", name_, "\": \"graph\" must be a graph name (a string)");
-      graph_ = it->get<std::string>();
-    } else if (ctx_->info().graphs.size() == 1) {
-      graph_ = ctx_->info().graphs[0].name;
-    } else {
-      ctx_->graph_info("");  // fails, listing the names
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
+        fail("graph \"", name_, "\": \"soc_model\" must be a Qnn_SocModel_t number");
+      soc_model_ = it->get<std::uint32_t>();
     }
     if (const auto it = blob.spec.find("row_blocks"); it != blob.spec.end()) {
       if (!it->is_boolean()) fail("graph \"", name_, "\": \"row_blocks\" must be true or false");
       row_blocks_ = it->get<bool>();
     }
-    const GraphInfo& gi = ctx_->graph_info(graph_);
-    ctx_->graph(graph_);  // retrieve now: a bad binary fails at load, not at the first token
+    if (const auto it = blob.spec.find("parts"); it != blob.spec.end()) {
+      if (blob.spec.contains("context_binary") || blob.spec.contains("graph") || blob.spec.contains("emulator_binary"))
+        fail("graph \"", name_, "\": give either \"parts\" or \"context_binary\", not both");
+      if (!it->is_array() || it->empty()) fail("graph \"", name_, "\": \"parts\" must be a non-empty list");
+      if (row_blocks_) fail("graph \"", name_, "\": \"row_blocks\" and \"parts\" do not go together");
+      for (std::size_t k = 0; k < it->size(); ++k) {
+        const auto& p = (*it)[k];
+        if (!p.is_object()) fail("graph \"", name_, "\": parts[", k, "] must be an object");
+        for (const auto& [key, value] : p.items())
+          if (key != "context_binary" && key != "graph" && key != "emulator_binary" && key != "emulator_graph")
+            fail("graph \"", name_, "\": parts[", k, "]: unknown key \"", key,
+                 "\" (known: context_binary, graph, emulator_binary, emulator_graph)");
+        parts_.push_back(open_part(blob, p, cat("parts[", k, "]")));
+      }
+    } else {
+      parts_.push_back(open_part(blob, blob.spec, ""));
+    }
+    if (parts_.size() == 1)
+      build_specs_single();
+    else
+      build_specs_split();
+  }
+
+  std::vector<IoSpec> input_specs() const override { return in_specs_; }
+  std::vector<IoSpec> output_specs() const override { return out_specs_; }
+
+  void execute(std::span<const TensorRef> in, std::span<const TensorRef> out) override {
+    check_io(name_, in_specs_, in, "input");
+    check_io(name_, out_specs_, out, "output");
+    if (parts_.size() == 1)
+      execute_single(in, out);
+    else
+      execute_split(in, out);
+  }
+
+ private:
+  // Opens one graph: the emulator's twin on an x86-64 host when the entry names one.
+  Part open_part(const GraphBlob& blob, const nlohmann::json& spec, const std::string& where) {
+    const std::string at = where.empty() ? "" : cat(where, ".");
+    auto str = [&](const char* key) -> std::optional<std::string> {
+      const auto it = spec.find(key);
+      if (it == spec.end()) return std::nullopt;
+      if (!it->is_string() || it->get<std::string>().empty())
+        fail("graph \"", name_, "\": ", at, key, " must be a non-empty string");
+      return it->get<std::string>();
+    };
+    const bool emulate = kEmulatedHtp && spec.contains("emulator_binary");
+    const auto file = str(emulate ? "emulator_binary" : "context_binary");
+    if (!file) fail("graph \"", name_, "\": ", at, "context_binary: missing (the QNN context binary to run)");
+    const auto graph = str(emulate ? "emulator_graph" : "graph");
+    std::filesystem::path path = *file;
+    if (path.is_relative()) path = blob.dir / path;
+    if (!std::filesystem::exists(path)) fail("graph \"", name_, "\": ", at, "context binary ", path.string(), " does not exist");
+    Part p;
+    p.bin = load_binary(path, cat("graph \"", name_, "\" (", path.string(), ")"));
+    const BinaryInfo& info = p.bin->ctx.info();
+    if (soc_model_ != 0) {
+      if (info.soc_model == 0)
+        fail("graph \"", name_, "\": ", path.string(), " does not record its SoC model (binary info version ",
+             info.version, "), so \"soc_model\": ", soc_model_, " cannot be checked");
+      if (info.soc_model != soc_model_)
+        fail("graph \"", name_, "\": ", path.string(), " was prepared for SoC model ", info.soc_model, " (",
+             soc_label(info.soc_model), "), the plan targets ", soc_model_, " (", soc_label(soc_model_),
+             "); context binaries are pinned to one HTP arch: re-export it (qhx_export --target qnn-htp --soc ...)");
+    }
+    if (graph) {
+      p.graph = *graph;
+    } else if (info.graphs.size() == 1) {
+      p.graph = info.graphs[0].name;
+    } else {
+      p.bin->ctx.graph_info("");  // fails, listing the names
+    }
+    p.info = &p.bin->ctx.graph_info(p.graph);
+    p.bin->ctx.graph(p.graph);  // retrieve now: a bad binary fails at load, not at the first token
+    for (const auto& t : p.info->inputs) {
+      (void)stage_dtype(name_, t);
+      p.in_bufs.emplace_back(tensor_bytes(t));
+    }
+    for (const auto& t : p.info->outputs) {
+      (void)stage_dtype(name_, t);
+      p.out_bufs.emplace_back(tensor_bytes(t));
+    }
+    return p;
+  }
+
+  IoSpec spec_of(const TensorInfo& t) const {
+    IoSpec s{t.name, stage_dtype(name_, t), {}};
+    for (const auto d : t.dims) s.shape.push_back(d);
+    return s;
+  }
+
+  void build_specs_single() {
+    const GraphInfo& gi = *parts_[0].info;
     auto specs = [&](const std::vector<TensorInfo>& ts) {
       std::vector<IoSpec> out;
       for (const auto& t : ts) {
-        IoSpec s{t.name, stage_dtype(name_, t), {}};
-        for (const auto d : t.dims) s.shape.push_back(d);
+        IoSpec s = spec_of(t);
         if (row_blocks_) {
           if (s.shape.empty()) fail("graph \"", name_, "\": row_blocks needs tensors of rank >= 1 (\"", t.name, "\")");
           if (rows_ != 0 && s.shape[0] != rows_)
@@ -111,26 +264,62 @@ class ContextGraph final : public Delegate {
     };
     in_specs_ = specs(gi.inputs);
     out_specs_ = specs(gi.outputs);
-    info_ = &gi;
-    auto staging = [](const std::vector<TensorInfo>& ts) {
-      std::vector<std::vector<std::byte>> bufs;
-      for (const auto& t : ts) {
-        std::size_t n = dtype_bytes(t.dtype);
-        for (const auto d : t.dims) n *= d;
-        bufs.emplace_back(n);
-      }
-      return bufs;
-    };
-    in_bufs_ = staging(gi.inputs);
-    out_bufs_ = staging(gi.outputs);
   }
 
-  std::vector<IoSpec> input_specs() const override { return in_specs_; }
-  std::vector<IoSpec> output_specs() const override { return out_specs_; }
+  // The whole decoder's contract from its parts: KV tensors span every part's layers.
+  void build_specs_split() {
+    std::int64_t layers = 0;
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      Part& p = parts_[k];
+      const TensorInfo* pk = find(p.info->inputs, "past_key");
+      if (pk == nullptr || pk->dims.size() < 2)
+        fail("graph \"", name_, "\": parts[", k, "] (", p.graph, ") has no \"past_key\" [rows, layers, ...] input, "
+             "so its layers cannot be told; \"parts\" splits a decoder along its layers");
+      if (find(p.info->inputs, "inputs_embeds") == nullptr || find(p.info->outputs, "hidden") == nullptr)
+        fail("graph \"", name_, "\": parts[", k, "] (", p.graph, ") needs an \"inputs_embeds\" input and a \"hidden\" output");
+      p.layer0 = layers;
+      layers += pk->dims[1];
+    }
+    auto merge = [&](std::vector<IoSpec>& specs, const TensorInfo& t, bool input, std::size_t k) {
+      IoSpec s = spec_of(t);
+      if (split_along_layers(t.name, input)) s.shape[1] = layers;
+      for (const IoSpec& e : specs)
+        if (e.name == s.name) {
+          if (e.shape != s.shape || e.dtype != s.dtype)
+            fail("graph \"", name_, "\": parts[", k, "]: tensor \"", t.name, "\" differs from the earlier parts'");
+          return;
+        }
+      specs.push_back(std::move(s));
+    };
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      for (const auto& t : parts_[k].info->inputs)
+        if (k == 0 || t.name != "inputs_embeds") merge(in_specs_, t, true, k);
+      for (const auto& t : parts_[k].info->outputs) {
+        const bool last = k + 1 == parts_.size();
+        if (t.name == "hidden" && !last) continue;  // the next part's inputs_embeds
+        if (!last && !split_along_layers(t.name, false))
+          fail("graph \"", name_, "\": parts[", k, "]: output \"", t.name, "\" of a middle part has nowhere to go");
+        merge(out_specs_, t, false, k);
+      }
+    }
+    for (const auto& s : in_specs_)
+      if (split_along_layers(s.name, true) && s.shape.size() < 2)
+        fail("graph \"", name_, "\": \"", s.name, "\" must be [rows, layers, ...]");
+  }
 
-  void execute(std::span<const TensorRef> in, std::span<const TensorRef> out) override {
-    check_io(name_, in_specs_, in, "input");
-    check_io(name_, out_specs_, out, "output");
+  static const TensorInfo* find(const std::vector<TensorInfo>& ts, const std::string& name) {
+    for (const auto& t : ts)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+  std::size_t index_of(const std::vector<IoSpec>& specs, const std::string& name) const {
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].name == name) return i;
+    fail("graph \"", name_, "\": no tensor \"", name, "\" in the contract");
+  }
+
+  void execute_single(std::span<const TensorRef> in, std::span<const TensorRef> out) {
+    Part& p = parts_[0];
     std::int64_t blocks = 1;
     if (row_blocks_) {
       const std::int64_t R = in.empty() ? out[0].shape[0] : in[0].shape[0];
@@ -141,48 +330,88 @@ class ContextGraph final : public Delegate {
       if (R % rows_ != 0) fail("graph \"", name_, "\": ", R, " rows is not a multiple of the graph's ", rows_);
       blocks = R / rows_;
     }
-    std::vector<void*> ip(in.size()), op(out.size());
+    ip_.resize(in.size());
+    op_.resize(out.size());
     for (std::int64_t b = 0; b < blocks; ++b) {
-      for (std::size_t i = 0; i < in.size(); ++i) ip[i] = stage_in(info_->inputs[i], in[i], in_bufs_[i], b);
-      for (std::size_t i = 0; i < out.size(); ++i) op[i] = out_bufs_[i].data();
-      ctx_->execute(graph_, ip, op);
-      for (std::size_t i = 0; i < out.size(); ++i) stage_out(info_->outputs[i], out_bufs_[i], out[i], b);
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const TensorInfo& t = p.info->inputs[i];
+        const std::size_t elem = dtype_bytes(t.dtype);
+        const auto n = static_cast<std::int64_t>(p.in_bufs[i].size() / elem);
+        copy_runs(in[i].data, false, p.in_bufs[i].data(), t.dtype == abi::DataType::Float16,
+                  t.dtype == abi::DataType::Float16 ? 4 : elem, 1, n, 0, b * n, 0, 0);
+        ip_[i] = p.in_bufs[i].data();
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) op_[i] = p.out_bufs[i].data();
+      p.bin->ctx.execute(p.graph, ip_, op_);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const TensorInfo& t = p.info->outputs[i];
+        const std::size_t elem = dtype_bytes(t.dtype);
+        const auto n = static_cast<std::int64_t>(p.out_bufs[i].size() / elem);
+        copy_runs(p.out_bufs[i].data(), t.dtype == abi::DataType::Float16, out[i].data, false,
+                  t.dtype == abi::DataType::Float16 ? 4 : elem, 1, n, 0, 0, 0, b * n);
+      }
     }
   }
 
- private:
-  // Copies block b of a stage tensor into the graph's layout (f32 -> f16 where it is f16).
-  static void* stage_in(const TensorInfo& t, const TensorRef& src, std::vector<std::byte>& buf, std::int64_t b) {
-    const std::size_t n = buf.size() / dtype_bytes(t.dtype);
-    if (t.dtype == abi::DataType::Float16) {
-      const float* s = src.as<float>() + static_cast<std::size_t>(b) * n;
-      auto* d = reinterpret_cast<std::uint16_t*>(buf.data());
-      for (std::size_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
-    } else {
-      std::memcpy(buf.data(), static_cast<const std::byte*>(src.data) + static_cast<std::size_t>(b) * buf.size(),
-                  buf.size());
-    }
-    return buf.data();
-  }
-  static void stage_out(const TensorInfo& t, const std::vector<std::byte>& buf, const TensorRef& dst, std::int64_t b) {
-    const std::size_t n = buf.size() / dtype_bytes(t.dtype);
-    if (t.dtype == abi::DataType::Float16) {
-      const auto* s = reinterpret_cast<const std::uint16_t*>(buf.data());
-      float* d = dst.as<float>() + static_cast<std::size_t>(b) * n;
-      for (std::size_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
-    } else {
-      std::memcpy(static_cast<std::byte*>(dst.data) + static_cast<std::size_t>(b) * buf.size(), buf.data(), buf.size());
+  void execute_split(std::span<const TensorRef> in, std::span<const TensorRef> out) {
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      Part& p = parts_[k];
+      ip_.resize(p.info->inputs.size());
+      op_.resize(p.info->outputs.size());
+      for (std::size_t i = 0; i < p.info->inputs.size(); ++i) {
+        const TensorInfo& t = p.info->inputs[i];
+        if (k > 0 && t.name == "inputs_embeds") {  // the previous part's hidden, as it left the HTP
+          const Part& prev = parts_[k - 1];
+          const TensorInfo* h = find(prev.info->outputs, "hidden");
+          const std::size_t hi = static_cast<std::size_t>(h - prev.info->outputs.data());
+          if (h->dtype != t.dtype || prev.out_bufs[hi].size() != p.in_bufs[i].size())
+            fail("graph \"", name_, "\": parts[", k, "]: \"inputs_embeds\" does not match parts[", k - 1, "]'s \"hidden\"");
+          ip_[i] = const_cast<std::byte*>(prev.out_bufs[hi].data());
+          continue;
+        }
+        const TensorRef& src = in[index_of(in_specs_, t.name)];
+        stage_slice(t, true, p, src, p.in_bufs[i].data());
+        ip_[i] = p.in_bufs[i].data();
+      }
+      for (std::size_t i = 0; i < p.info->outputs.size(); ++i) op_[i] = p.out_bufs[i].data();
+      p.bin->ctx.execute(p.graph, ip_, op_);
+      for (std::size_t i = 0; i < p.info->outputs.size(); ++i) {
+        const TensorInfo& t = p.info->outputs[i];
+        if (t.name == "hidden" && k + 1 < parts_.size()) continue;  // goes on to the next part
+        stage_slice(t, false, p, out[index_of(out_specs_, t.name)], p.out_bufs[i].data());
+      }
     }
   }
 
-  std::string name_, graph_;
-  std::optional<MappedFile> file_;
-  std::optional<Context> ctx_;
-  const GraphInfo* info_ = nullptr;
+  // Moves a part's tensor between its staging buffer and the whole decoder's tensor:
+  // the part's layers of a KV tensor, or all of any other.
+  static void stage_slice(const TensorInfo& t, bool input, const Part& p, const TensorRef& whole, void* buf) {
+    const bool f16 = t.dtype == abi::DataType::Float16;
+    const std::size_t elem = f16 ? 4 : dtype_bytes(t.dtype);  // the stage side's element (f32 for floats)
+    std::int64_t rows = 1, run = 1, whole_stride = 0, offset = 0;
+    if (split_along_layers(t.name, input)) {
+      std::int64_t inner = 1;
+      for (std::size_t d = 2; d < t.dims.size(); ++d) inner *= t.dims[d];
+      rows = t.dims[0];
+      run = t.dims[1] * inner;
+      whole_stride = whole.shape[1] * inner;
+      offset = p.layer0 * inner;
+    } else {
+      for (const auto d : t.dims) run *= d;
+    }
+    if (input)
+      copy_runs(whole.data, false, buf, f16, elem, rows, run, whole_stride, offset, run, 0);
+    else
+      copy_runs(buf, f16, whole.data, false, elem, rows, run, run, 0, whole_stride, offset);
+  }
+
+  std::string name_;
+  std::uint32_t soc_model_ = 0;
+  std::vector<Part> parts_;
   bool row_blocks_ = false;
   std::int64_t rows_ = 0;
   std::vector<IoSpec> in_specs_, out_specs_;
-  std::vector<std::vector<std::byte>> in_bufs_, out_bufs_;
+  std::vector<void*> ip_, op_;
 };
 
 }  // namespace

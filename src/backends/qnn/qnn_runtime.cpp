@@ -11,9 +11,6 @@
 namespace qhx::qnn {
 namespace {
 
-constexpr const char* kHtpLib = "libQnnHtp.so";
-constexpr const char* kSystemLib = "libQnnSystem.so";
-
 std::string version_str(const abi::Version& v) { return cat(v.major, ".", v.minor, ".", v.patch); }
 
 // Forwards QNN's log to stderr when QHX_QNN_LOG is set (1 error .. 5 debug): the HTP
@@ -63,13 +60,35 @@ std::string dtype_label(abi::DataType dt) {
   }
 }
 
-std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>& dirs) {
+namespace {
+
+std::mutex g_runtime_mutex;
+Runtime* g_runtime = nullptr;
+LibraryNames g_names;
+
+bool is_path(const std::string& s) { return s.find('/') != std::string::npos; }
+
+}  // namespace
+
+void request_libraries(const LibraryNames& names) {
+  std::lock_guard lock(g_runtime_mutex);
+  if (g_runtime != nullptr && (names.htp != g_names.htp || names.system != g_names.system))
+    fail("qnn-htp: the QAIRT libraries are already loaded from ", g_runtime->htp_path().string(), " and ",
+         g_runtime->system_path().string(), "; a process loads them once");
+  g_names = names;
+}
+
+std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>& search_dirs, const LibraryNames& names) {
   std::unique_ptr<Runtime> rt(new Runtime());
   std::string tried;
-  // libQnnHtp.so and libQnnSystem.so must come from the same folder (the same QAIRT build).
+  const std::string htp_name = names.htp, system_name = names.system;
+  // Named by path, a library is loaded from there and nowhere else.
+  const std::vector<std::filesystem::path> one{std::filesystem::path()};
+  const auto& dirs = is_path(htp_name) && is_path(system_name) ? one : search_dirs;
+  // Looked up by name, libQnnHtp.so and libQnnSystem.so must come from the same folder (the same QAIRT build).
   for (const auto& dir : dirs) {
-    const std::filesystem::path htp = dir.empty() ? kHtpLib : dir / kHtpLib;
-    const std::filesystem::path sys = dir.empty() ? kSystemLib : dir / kSystemLib;
+    const std::filesystem::path htp = dir.empty() || is_path(htp_name) ? std::filesystem::path(htp_name) : dir / htp_name;
+    const std::filesystem::path sys = dir.empty() || is_path(system_name) ? std::filesystem::path(system_name) : dir / system_name;
     void* h = dlopen(htp.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       const char* e = dlerror();
@@ -86,17 +105,18 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
     rt->htp_lib_ = h;
     rt->system_lib_ = s;
     rt->htp_path_ = htp;
+    rt->system_path_ = sys;
     break;
   }
   if (rt->htp_lib_ == nullptr)
-    fail("qnn-htp: cannot load the QAIRT runtime libraries ", kHtpLib, " and ", kSystemLib, "; tried:", tried,
+    fail("qnn-htp: cannot load the QAIRT runtime libraries ", htp_name, " and ", system_name, "; tried:", tried,
          "\nSet QHX_QNN_LIB_DIR to the folder holding them (on x86-64: the onnxruntime_qnn folder of the pinned "
          "onnxruntime-qnn wheel, which scripts/setup_qnn.sh installs and links as $QHX_CACHE/qnn/lib).");
 
   auto get_core = reinterpret_cast<abi::GetCoreProviders>(dlsym(rt->htp_lib_, "QnnInterface_getProviders"));
   auto get_sys = reinterpret_cast<abi::GetSystemProviders>(dlsym(rt->system_lib_, "QnnSystemInterface_getProviders"));
   if (get_core == nullptr) fail("qnn-htp: ", rt->htp_path_.string(), " has no QnnInterface_getProviders");
-  if (get_sys == nullptr) fail("qnn-htp: ", kSystemLib, " has no QnnSystemInterface_getProviders");
+  if (get_sys == nullptr) fail("qnn-htp: ", rt->system_path_.string(), " has no QnnSystemInterface_getProviders");
 
   const abi::CoreInterface** cores = nullptr;
   std::uint32_t n = 0;
@@ -119,7 +139,7 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
   for (std::uint32_t i = 0; i < n && rt->system_ == nullptr; ++i)
     if (systems[i]->system_api_version.major == abi::kSystemApiMajor) rt->system_ = systems[i];
   if (rt->system_ == nullptr)
-    fail("qnn-htp: no provider in ", kSystemLib, " speaks QNN System API ", abi::kSystemApiMajor, ".x");
+    fail("qnn-htp: no provider in ", rt->system_path_.string(), " speaks QNN System API ", abi::kSystemApiMajor, ".x");
 
   const auto& fn = rt->core_->fn;
   if (const char* lv = std::getenv("QHX_QNN_LOG"); lv != nullptr && *lv != '\0') {
@@ -135,15 +155,13 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
 }
 
 Runtime& Runtime::get() {
-  static std::mutex m;
   // Never destroyed: at exit the QAIRT libraries tear down their own state first
   // (their destructors were registered after this static's), so freeing the
   // backend then would read freed memory (AddressSanitizer caught it). The
   // backend lives as long as the process; the pointer keeps it reachable.
-  static Runtime* rt = nullptr;
-  std::lock_guard lock(m);
-  if (rt == nullptr) rt = load(library_search_dirs()).release();  // a failure is retried on the next call
-  return *rt;
+  std::lock_guard lock(g_runtime_mutex);
+  if (g_runtime == nullptr) g_runtime = load(library_search_dirs(), g_names).release();  // a failure is retried on the next call
+  return *g_runtime;
 }
 
 Runtime::~Runtime() {

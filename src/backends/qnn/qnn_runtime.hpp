@@ -44,6 +44,14 @@ struct BinaryInfo {
 // library folder), then the dynamic loader's own search path (LD_LIBRARY_PATH; on a device).
 std::vector<std::filesystem::path> library_search_dirs();
 
+// Which libraries to load (the seed's command names them): each a path (holding a '/'),
+// loaded as it is, or a file name looked for in library_search_dirs(). Takes effect at the
+// first Runtime::get(); naming others once the runtime is loaded is an error.
+struct LibraryNames {
+  std::string htp = "libQnnHtp.so", system = "libQnnSystem.so";
+};
+void request_libraries(const LibraryNames& names);
+
 // The loaded libraries and the HTP backend (and device, where the backend has one). One per
 // process: QNN backends refuse to be initialised twice in a process.
 class Runtime {
@@ -54,7 +62,8 @@ class Runtime {
   // Loads the libraries from `dirs` only (empty path = the loader's search path); throws as
   // get() does. For tests of the error path; the runtime it returns must not be used when
   // get() has loaded another copy.
-  static std::unique_ptr<Runtime> load(const std::vector<std::filesystem::path>& dirs);
+  static std::unique_ptr<Runtime> load(const std::vector<std::filesystem::path>& dirs,
+                                       const LibraryNames& names = {});
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -62,6 +71,7 @@ class Runtime {
   const abi::CoreInterface& core() const { return *core_; }
   const abi::SystemInterface& system() const { return *system_; }
   std::filesystem::path htp_path() const { return htp_path_; }
+  std::filesystem::path system_path() const { return system_path_; }
   std::string build_id() const;  // QnnBackend_getBuildId
   abi::ApiVersion api_version() const;
   abi::Handle backend() const { return backend_; }
@@ -76,7 +86,7 @@ class Runtime {
   Runtime() = default;
   void* htp_lib_ = nullptr;
   void* system_lib_ = nullptr;
-  std::filesystem::path htp_path_;
+  std::filesystem::path htp_path_, system_path_;
   const abi::CoreInterface* core_ = nullptr;
   const abi::SystemInterface* system_ = nullptr;
   abi::Handle log_ = nullptr;
