@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <utility>
 
 #include "qhexrt/sampling.hpp"
 #include "qhexrt/tokenizer.hpp"
@@ -72,6 +73,10 @@ struct PipelineOptions {
   // decoded, resized pixels; least recently used first out). Default: the
   // manifest's "image_cache_mb"; 0 turns the cache off.
   std::optional<std::int64_t> image_cache_mb;
+  // The QAIRT libraries for qnn-htp graphs (the seed's command names them): each a
+  // path, or a file name looked for where docs/qnn.md says. Empty: libQnnHtp.so and
+  // libQnnSystem.so. A process loads them once; naming others later is an error.
+  std::string qnn_backend_library, qnn_system_library;
 };
 
 struct ImageCacheStats {
@@ -112,6 +117,8 @@ class Pipeline {
   GenerationResult generate(const GenerationRequest& request);
 
   bool takes_images() const;  // the plan has image stages
+  // Each graph of the plan and the backend running it ("cpu", "qnn-htp"), by the manifest's graph name.
+  std::vector<std::pair<std::string, std::string>> graph_backends() const;
   const SamplingParams& default_sampling() const;  // the plan's sampling defaults
   std::int64_t context_length() const;
   ImageCacheStats image_cache_stats() const;

@@ -8,11 +8,13 @@
 #include <fstream>
 #include <thread>
 
+#include "backends/qnn/qnn_runtime.hpp"
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
+#include "backends/qnn/qnn_runtime.hpp"
 #include "runtime/pipeline_impl.hpp"
 #include "backends/cpu/thread_pool.hpp"
 
@@ -242,6 +244,12 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   auto impl = std::make_unique<Impl>();
   Resources& res = impl->res;
   res.manifest = resolve_manifest(path, want_images);
+  if (!options.qnn_backend_library.empty() || !options.qnn_system_library.empty()) {
+    qnn::LibraryNames names;
+    if (!options.qnn_backend_library.empty()) names.htp = options.qnn_backend_library;
+    if (!options.qnn_system_library.empty()) names.system = options.qnn_system_library;
+    qnn::request_libraries(names);
+  }
   const Manifest& m = res.manifest;
   res.family = in_manifest(m, "config", [&] { return load_model_family(m.model, m.dir / m.config); });
   if (m.chat_template != "none" && m.chat_template != m.model)
@@ -369,6 +377,11 @@ GenerationResult Pipeline::generate(const GenerationRequest& request) {
 }
 
 bool Pipeline::takes_images() const { return has_image_stages(impl_->res.manifest); }
+std::vector<std::pair<std::string, std::string>> Pipeline::graph_backends() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, g] : impl_->res.manifest.graphs) out.emplace_back(name, g.backend);
+  return out;
+}
 const SamplingParams& Pipeline::default_sampling() const { return impl_->res.manifest.sampling; }
 std::int64_t Pipeline::context_length() const { return impl_->res.manifest.context_length; }
 
