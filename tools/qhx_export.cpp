@@ -1,7 +1,7 @@
 // qhx_export — a Hugging Face Qwen3-VL checkpoint -> a QHexRT bundle (docs/bundle.md).
 //
 //   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--lm-head w8|w4] [--image-size 512]
-//              [--prefill-chunk 320] [--context N] [--verify]
+//              [--prefill-chunk 320] [--context N] [--target cpu|qnn-htp] [--soc SM8750] [--verify]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -24,6 +24,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill call")->check(CLI::PositiveNumber);
   app.add_option("--context", o.context, "context length (KV cache)")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--target", o.target, "where the bundle runs: cpu, or qnn-htp (QNN context binaries for the Hexagon NPU)")
+      ->check(CLI::IsMember({"cpu", "qnn-htp"}));
+  app.add_option("--soc", o.soc, "with --target qnn-htp: the SoC, SM8650 (HTP v75), SM8750 (v79, default) or SM8850 (v81)")
+      ->check(CLI::IsMember(qhx::qnn_socs()));
+  app.add_option("--qnn-parts", o.qnn_parts, "with --target qnn-htp: split the decoder into N context binaries "
+                 "(default: by size, a part per ~400 MB of int8 weights)")->check(CLI::PositiveNumber);
   app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   CLI11_PARSE(app, argc, argv);
@@ -33,7 +39,8 @@ int main(int argc, char** argv) {
   try {
     const qhx::ExportSummary s = qhx::export_bundle(o);
     std::uint64_t total = 0;
-    std::printf("bundle %s (%s) written in %.1f s:\n", out.c_str(), o.weights.c_str(), s.seconds);
+    std::printf("bundle %s (%s%s) written in %.1f s:\n", out.c_str(), o.weights.c_str(),
+                o.target == "qnn-htp" ? (", qnn-htp " + o.soc).c_str() : "", s.seconds);
     for (const auto& [name, bytes] : s.files) {
       std::printf("  %-32s %12.3f MB\n", name.c_str(), static_cast<double>(bytes) / 1e6);
       total += bytes;

@@ -23,6 +23,12 @@ struct ExportOptions {
   std::int64_t prefill_chunk = 320;
   std::int64_t context = 1024;
   bool progress = true;             // a progress bar on stderr
+  // Where the bundle runs: "cpu" (the CPU backend's weight files) or "qnn-htp" (QNN
+  // context binaries for the Hexagon NPU of `soc`, docs/qnn.md; needs the QNN generator
+  // environment of scripts/setup_qnn.sh and --weights w8).
+  std::string target = "cpu";
+  std::string soc = "SM8750";       // SM8650 (HTP v75) | SM8750 (v79) | SM8850 (v81)
+  std::int64_t qnn_parts = 0;       // the decoder's parts (0: the generator chooses by size)
 };
 
 struct ExportSummary {
@@ -33,6 +39,8 @@ struct ExportSummary {
 
 // Throws qhx::Error naming the file or tensor at fault.
 ExportSummary export_bundle(const ExportOptions& options);
+// The SoCs --target qnn-htp prepares for.
+const std::vector<std::string>& qnn_socs();
 
 // --- the export gate --------------------------------------------------------
 // The export gate: runs a freshly exported bundle and its fp32 source side by

@@ -84,4 +84,72 @@ nlohmann::json text_manifest(const BundleFiles& f, const HfDirPlan& hf) {
   return m;
 }
 
+namespace {
+
+// A graph entry of the generator's description (tools/qnn/make_qnn_bundle.py, qnn_graphs.json).
+nlohmann::json qnn_graph(const nlohmann::json& g, std::int64_t soc_model) {
+  return {{"backend", "qnn-htp"},
+          {"kind", "qnn.context_graph"},
+          {"context_binary", g.at("file")},
+          {"graph", g.at("graph")},
+          {"soc_model", soc_model}};
+}
+
+// The decoder's prefill or decode graph over its parts: the weight-shared binaries a
+// device runs, and their non-shared twins, which the x86-64 emulator runs instead.
+nlohmann::json qnn_decoder(const nlohmann::json& desc, const std::string& which, std::int64_t soc_model) {
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& p : desc.at("llm_parts")) {
+    nlohmann::json part = {{"context_binary", p.at("shared").at("file")},
+                           {"graph", p.at("shared").at("graphs").at(which)}};
+    if (p.contains("twins")) {
+      part["emulator_binary"] = p.at("twins").at(which).at("file");
+      part["emulator_graph"] = p.at("twins").at(which).at("graph");
+    }
+    parts.push_back(std::move(part));
+  }
+  return {{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"}, {"soc_model", soc_model}, {"parts", parts}};
+}
+
+// The CPU plan's stages with the language model split into its prefill and decode graphs.
+nlohmann::json on_graphs(nlohmann::json stages, const std::string& prefill_graph) {
+  for (auto& st : stages) {
+    if (st["op"] == "prefill") st["graph"] = prefill_graph;
+    if (st["op"] == "decode") st["graph"] = "decode";
+  }
+  return stages;
+}
+
+nlohmann::json qnn_common(const BundleFiles& f, const std::string& name, const HfDirPlan& hf,
+                          const nlohmann::json& desc) {
+  nlohmann::json m = common(f, name, hf);
+  const std::int64_t soc = desc.at("soc_model");
+  m["graphs"] = {{"decode", qnn_decoder(desc, "decode", soc)}, {"lm_head", qnn_graph(desc.at("lm_head"), soc)}};
+  m["graphs"]["lm_head"]["row_blocks"] = true;  // a [1, hidden] graph serves any number of rows
+  m["tables"] = {{"embed", table(f.embed, "model.language_model.embed_tokens.weight")}};
+  return m;
+}
+
+}  // namespace
+
+nlohmann::json qnn_vlm_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& desc) {
+  nlohmann::json m = qnn_common(f, "qwen3vl-vlm-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
+  // The vision graph was prepared for one image size: every image is resized to it.
+  m["image"] = {{"resize", "fixed"}, {"size", f.image_size}};
+  m["tables"]["patch_embed"] = table(f.patch_embed, "model.visual.patch_embed.proj.weight");
+  m["tables"]["patch_bias"] = table(f.patch_bias, "model.visual.patch_embed.proj.bias");
+  m["tables"]["pos_embed"] = table(f.pos_embed, "model.visual.pos_embed.weight");
+  m["graphs"]["prefill"] = qnn_decoder(desc, "prefill", desc.at("soc_model"));
+  m["graphs"]["vision"] = qnn_graph(desc.at("vision"), desc.at("soc_model"));
+  m["stages"] = on_graphs(qwen3vl_vlm_stages(), "prefill");
+  return m;
+}
+
+nlohmann::json qnn_text_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& desc) {
+  nlohmann::json m = qnn_common(f, "qwen3vl-text-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
+  // The seed's text plan: the prompt goes through the decode graph one token at a time.
+  m["stages"] = on_graphs(qwen3vl_text_stages("decode_over_prompt"), "decode");
+  return m;
+}
+
 }  // namespace qhx

@@ -24,5 +24,9 @@ struct BundleFiles {
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size);
 nlohmann::json vlm_manifest(const BundleFiles& f, const HfDirPlan& hf = {});
 nlohmann::json text_manifest(const BundleFiles& f, const HfDirPlan& hf = {});
+// A qnn-htp bundle's manifests, from the generator's description of what it prepared
+// (qnn_graphs.json, tools/qnn/make_qnn_bundle.py): every graph on the HTP.
+nlohmann::json qnn_vlm_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& graphs);
+nlohmann::json qnn_text_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& graphs);
 
 }  // namespace qhx

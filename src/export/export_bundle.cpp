@@ -106,7 +106,11 @@ void write_json(const std::filesystem::path& p, const nlohmann::json& j) {
 
 }  // namespace
 
+ExportSummary export_qnn_bundle(const ExportOptions& o);  // export_qnn.cpp
+
 ExportSummary export_bundle(const ExportOptions& o) {
+  if (o.target == "qnn-htp") return export_qnn_bundle(o);
+  if (o.target != "cpu") fail("--target must be cpu or qnn-htp, got \"", o.target, "\"");
   const auto t0 = std::chrono::steady_clock::now();
   const auto format = parse_weight_format(o.weights);
   if (!format) fail("--weights must be w8, w4, f16 or f32, got \"", o.weights, "\"");

@@ -1,0 +1,157 @@
+// `qhx_export --target qnn-htp`: a Hugging Face checkpoint -> the reference design's QNN
+// bundle. Three steps, so the HTP graphs run the very weights the CPU backend runs:
+//   1. the CPU w8 bundle (export_bundle), into a staging folder beside the output;
+//   2. the build-time generator (tools/qnn/make_qnn_bundle.py, in the QNN venv that
+//      scripts/setup_qnn.sh installs) turns its int8 matrices into QNN context binaries
+//      for the SoC, and describes them in qnn_graphs.json;
+//   3. the host-side files (embedding table, stage F, tokenizer, config, template) join
+//      the binaries, and the two manifests are written from the description.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+
+#include "export/bundle_manifests.hpp"
+#include "qhexrt/error.hpp"
+#include "qhexrt/export.hpp"
+#include "runtime/hf_dir_plan.hpp"
+
+extern char** environ;
+
+namespace qhx {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// The QNN venv's Python: $QHX_QNN_PYTHON, else $QHX_CACHE/qnn/venv, else ~/.cache/qhexrt/qnn/venv.
+fs::path generator_python() {
+  if (const std::string p = env("QHX_QNN_PYTHON"); !p.empty()) return p;
+  std::vector<fs::path> tried;
+  if (const std::string c = env("QHX_CACHE"); !c.empty()) tried.push_back(fs::path(c) / "qnn/venv/bin/python");
+  if (const std::string h = env("HOME"); !h.empty()) tried.push_back(fs::path(h) / ".cache/qhexrt/qnn/venv/bin/python");
+  for (const auto& p : tried)
+    if (fs::exists(p)) return p;
+  std::string list;
+  for (const auto& p : tried) list += "\n  " + p.string();
+  fail("--target qnn-htp needs the QNN generator's Python environment (onnx, onnxruntime-qnn); not found at:", list,
+       "\nRun scripts/setup_qnn.sh, or set QHX_QNN_PYTHON to its python.");
+}
+
+// The generator script: $QHX_QNN_GENERATOR, the source tree's, or the installed copy.
+fs::path generator_script() {
+  if (const std::string p = env("QHX_QNN_GENERATOR"); !p.empty()) return p;
+  std::vector<fs::path> tried{fs::path(QHX_SOURCE_DIR) / "tools/qnn/make_qnn_bundle.py"};
+  std::error_code ec;
+  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec); !ec)
+    tried.push_back(exe.parent_path().parent_path() / "share/qhexrt/qnn/make_qnn_bundle.py");
+  for (const auto& p : tried)
+    if (fs::exists(p)) return p;
+  std::string list;
+  for (const auto& p : tried) list += "\n  " + p.string();
+  fail("--target qnn-htp: the generator make_qnn_bundle.py is not at:", list, "\nSet QHX_QNN_GENERATOR to it.");
+}
+
+void run_generator(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int e = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ); e != 0)
+    fail("cannot start ", args[0], ": ", std::strerror(e));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) fail("waiting for the QNN generator: ", std::strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string cmd;
+    for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
+    fail("the QNN generator failed (",
+         WIFEXITED(status) ? cat("exit status ", WEXITSTATUS(status)) : cat("signal ", WTERMSIG(status)),
+         "; its messages are above): ", cmd);
+  }
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  if (!f) fail(p.string(), ": cannot read (the QNN generator did not finish?)");
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail(p.string(), ": ", e.what());
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& qnn_socs() {
+  static const std::vector<std::string> socs{"SM8650", "SM8750", "SM8850"};
+  return socs;
+}
+
+ExportSummary export_qnn_bundle(const ExportOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (o.weights != "w8")
+    fail("--target qnn-htp bundles hold int8 weights with fp16 activations (W8A16): use --weights w8, not ", o.weights);
+  if (!o.lm_head.empty() && o.lm_head != "w8") fail("--target qnn-htp: the lm-head is int8 (--lm-head w8)");
+  if (std::find(qnn_socs().begin(), qnn_socs().end(), o.soc) == qnn_socs().end())
+    fail("--soc must be SM8650 (HTP v75), SM8750 (v79) or SM8850 (v81), got \"", o.soc, "\"");
+  if (o.prefill_chunk >= o.context)
+    fail("--prefill-chunk (", o.prefill_chunk, ") must be below --context (", o.context,
+         "): the prefill graph's past is the context less one block");
+  const fs::path python = generator_python(), script = generator_script();
+  const HfDirPlan hf = hf_dir_plan(o.hf_dir);
+  fs::create_directories(o.out_dir);
+  const fs::path staging = o.out_dir / ".cpu-w8";  // the CPU w8 bundle the binaries are made from
+  fs::remove_all(staging);
+  fs::remove(o.out_dir / "qnn_graphs.json");
+
+  ExportOptions cpu = o;
+  cpu.target = "cpu";
+  cpu.out_dir = staging;
+  const ExportSummary w8 = export_bundle(cpu);
+
+  std::vector<std::string> args{python.string(), script.string(), "--bundle", staging.string(), "--out",
+                                o.out_dir.string(), "--soc", o.soc, "--context", std::to_string(o.context),
+                                "--prefill-chunk", std::to_string(o.prefill_chunk), "--image-size",
+                                std::to_string(o.image_size)};
+  if (o.qnn_parts > 0) args.insert(args.end(), {"--parts", std::to_string(o.qnn_parts)});
+  run_generator(args);
+  const nlohmann::json desc = read_json(o.out_dir / "qnn_graphs.json");
+
+  BundleFiles files = bundle_file_names("w8", o.image_size);
+  files.context = o.context;
+  files.prefill_chunk = o.prefill_chunk;
+  std::vector<std::string> host{files.embed, files.patch_embed, files.patch_bias, files.pos_embed, "tokenizer.json",
+                                "config.json"};
+  if (fs::exists(staging / "chat_template.jinja")) {
+    files.chat_template = "chat_template.jinja";
+    host.push_back(files.chat_template);
+  }
+  for (const auto& f : host) fs::rename(staging / f, o.out_dir / f);
+  fs::remove_all(staging);
+
+  ExportSummary s;
+  const std::string size = std::to_string(o.image_size);
+  s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
+  s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
+  std::ofstream(s.vlm_manifest) << qnn_vlm_manifest(files, hf, desc).dump(2) << "\n";
+  std::ofstream(s.text_manifest) << qnn_text_manifest(files, hf, desc).dump(2) << "\n";
+  for (const auto& entry : fs::directory_iterator(o.out_dir))
+    if (entry.is_regular_file()) s.files.emplace_back(entry.path().filename().string(), entry.file_size());
+  std::sort(s.files.begin(), s.files.end());
+  (void)w8;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace qhx
