@@ -14,8 +14,12 @@ It reads from DUMP (all f32 .npy):
     vision.merger [m, H]                                    expected `image_embeds`
     vision.deepstack{k} [m, H], k = 0..n_ds-1               expected `deepstack[k]`
 
-Writes BINARY_DIR/vis_native_<S>.bin (the QNN context binary) and .json (prepare figures, I/O).
-Prints cosine and relative L2 per output; exits 1 if any cosine is under --min-cosine.
+    vision.block{i} [n, Hv], i = 0..depth-1                 each block's output (checked through the twin)
+
+Writes BINARY_DIR/vis_native_<S>.bin (the QNN context binary) and .json (prepare figures, I/O),
+and vis_native_<S>_blocks.bin, a test twin that also outputs every block's residual stream.
+Prints cosine and relative L2 per output and per block update (output - input); exits 1 if any
+cosine is under --min-cosine or a block update's relative L2 over --max-update-rel-l2.
 
     ~/.cache/qhexrt/qnn/venv/bin/python tools/qnn/check_vision_graph.py \
         --bundle /work/snap/bundles/tiny_a-w8 --dump DUMP --binary-dir OUT
@@ -64,13 +68,13 @@ def run_binary(blob: bytes, meta: dict, arch: str, soc: str, feeds: dict[str, np
     return sess.run(None, feeds)
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray) -> float:
+def compare(name: str, got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     g, w = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
     cos = float(g @ w / (np.linalg.norm(g) * np.linalg.norm(w)))
     rel = float(np.linalg.norm(g - w) / np.linalg.norm(w))
     print(f"  {name:14s} {str(list(got.shape)):14s} cosine {cos:.8f}  rel L2 {rel:.3e}  max abs err "
           f"{np.abs(g - w).max():.3e}")
-    return cos
+    return cos, rel
 
 
 def main() -> int:
@@ -80,6 +84,9 @@ def main() -> int:
     ap.add_argument("--binary-dir", type=Path, required=True, help="where vis_native_<S>.bin/.json go")
     ap.add_argument("--soc", default="SM8750", choices=sorted(SOC_MODELS))
     ap.add_argument("--min-cosine", type=float, default=0.9999)
+    ap.add_argument("--max-update-rel-l2", type=float, default=16 * 2.0 ** -11,
+                    help="bound on each block update's rel L2 (default 16 fp16 unit roundoffs; measured <= 7u, "
+                         "a graph without rope gives 20-40u on tiny_a)")
     ap.add_argument("--reuse", action="store_true", help="run an existing binary instead of preparing again")
     a = ap.parse_args()
 
@@ -94,8 +101,11 @@ def main() -> int:
     a.binary_dir.mkdir(parents=True, exist_ok=True)
     bin_path, meta_path = a.binary_dir / f"{name}.bin", a.binary_dir / f"{name}.json"
 
+    def build(block_outputs: bool) -> onnx.ModelProto:
+        return build_vision_model(Weights(a.bundle, [weights_files[0].name]), vcfg, text_hidden, size, block_outputs)
+
     if not (a.reuse and bin_path.exists()):
-        model = build_vision_model(Weights(a.bundle, [weights_files[0].name]), vcfg, text_hidden, size)
+        model = build(False)
         int8_bytes = sum(t.dims[0] * t.dims[2] for t in model.graph.initializer if t.name.endswith(".q"))
         meta = prepare(model, a.binary_dir, name, arch, soc) | io_json(model)
         meta["int8_weight_bytes"] = int8_bytes
@@ -115,12 +125,29 @@ def main() -> int:
              "rope_sin": d("vision.rope_sin")[:, :hd2].astype(np.float16)}
     t0 = time.perf_counter()
     embeds, deepstack = run_binary(bin_path.read_bytes(), meta, arch, soc, feeds)
-    print(f"executed in emulation in {time.perf_counter() - t0:.2f} s (session load included); vs the CPU dump:")
-    cosines = [compare("image_embeds", embeds, d("vision.merger"))]
+    print(f"{name}.bin executed in emulation in {time.perf_counter() - t0:.2f} s (session load included); "
+          f"vs the CPU dump:")
+    cosines = [compare("image_embeds", embeds, d("vision.merger"))[0]]
     for k in range(len(vcfg["deepstack_visual_indexes"])):
-        cosines.append(compare(f"deepstack[{k}]", deepstack[k], d(f"vision.deepstack{k}")))
-    ok = min(cosines) >= a.min_cosine
-    print(f"{'PASS' if ok else 'FAIL'}: min cosine {min(cosines):.8f} (bound {a.min_cosine})")
+        cosines.append(compare(f"deepstack[{k}]", deepstack[k], d(f"vision.deepstack{k}"))[0])
+
+    # The twin with every block's output: each block's update (output - input) against the
+    # CPU's, which a wrong rope, attention or MLP detail moves far more than the final outputs.
+    twin = build(True)
+    twin_meta = prepare(twin, a.binary_dir, f"{name}_blocks", arch, soc) | io_json(twin)
+    got = run_binary((a.binary_dir / f"{name}_blocks.bin").read_bytes(), twin_meta, arch, soc, feeds)[2:]
+    print(f"{name}_blocks.bin (test twin, block outputs): each block's update vs the CPU dump:")
+    prev_got, prev_want = feeds["hidden"].astype(np.float32), hidden
+    rels = []
+    for i, g in enumerate(got):
+        want = d(f"vision.block{i}")
+        cos, rel = compare(f"block{i} update", g.astype(np.float32) - prev_got, want - prev_want)
+        cosines.append(cos)
+        rels.append(rel)
+        prev_got, prev_want = g.astype(np.float32), want
+    ok = min(cosines) >= a.min_cosine and max(rels) <= a.max_update_rel_l2
+    print(f"{'PASS' if ok else 'FAIL'}: min cosine {min(cosines):.8f} (bound {a.min_cosine}), max block-update "
+          f"rel L2 {max(rels):.3e} (bound {a.max_update_rel_l2:.3e})")
     return 0 if ok else 1
 
 

@@ -83,8 +83,12 @@ def _merger(b: Builder, w: Weights, x: str, m: int, hv: int, prefix: str, postsh
     return _linear(b, w, mid, prefix + "linear_fc2")                         # [1, m, H]
 
 
-def build_vision_model(weights: Weights, vision_cfg: dict, text_hidden: int, image_size: int) -> onnx.ModelProto:
-    """The encoder for one image_size x image_size image: (hidden, rope_cos, rope_sin) -> (image_embeds, deepstack)."""
+def build_vision_model(weights: Weights, vision_cfg: dict, text_hidden: int, image_size: int,
+                       block_outputs: bool = False) -> onnx.ModelProto:
+    """The encoder for one image_size x image_size image: (hidden, rope_cos, rope_sin) -> (image_embeds, deepstack).
+
+    block_outputs adds each block's residual stream as `block{i}` [n, Hv] (a test twin: the
+    final outputs hardly notice a wrong attention on small random checkpoints, the blocks' updates do)."""
     hv, heads, depth = vision_cfg["hidden_size"], vision_cfg["num_heads"], vision_cfg["depth"]
     patch, merge = vision_cfg["patch_size"], vision_cfg["spatial_merge_size"]
     if merge != 2:
@@ -101,8 +105,12 @@ def build_vision_model(weights: Weights, vision_cfg: dict, text_hidden: int, ima
     sin = b.reshape("rope_sin", [n, 1, hd // 2], "rope_sin_b")                # [n, 1, hd/2]
     x = b.reshape("hidden", [1, n, hv], "x0")                                 # [1, n, Hv]
     deepstack = [None] * len(taps)
+    blocks = []
     for i in range(depth):
         x = _block(b, weights, x, cos, sin, n, hv, heads, i)                  # [1, n, Hv]
+        if block_outputs:
+            b.output(b.reshape(x, [n, hv], f"block{i}_rows"), f"block{i}")   # [n, Hv]
+            blocks.append((f"block{i}", [n, hv]))
         for k, tap in enumerate(taps):
             if tap == i:
                 deepstack[k] = _merger(b, weights, x, m, hv, f"{P}deepstack_merger_list.{k}.", True)  # [1, m, H]
@@ -113,4 +121,4 @@ def build_vision_model(weights: Weights, vision_cfg: dict, text_hidden: int, ima
     stacked = deepstack[0] if len(taps) == 1 else b.op("Concat", deepstack, "deepstack_cat", axis=0)  # [n_ds, m, H]
     b.output(stacked, "deepstack")
     return b.model("vision", [("hidden", [n, hv]), ("rope_cos", [n, hd // 2]), ("rope_sin", [n, hd // 2])],
-                   [("image_embeds", [m, out_h]), ("deepstack", [len(taps), m, out_h])])
+                   [("image_embeds", [m, out_h]), ("deepstack", [len(taps), m, out_h])] + blocks)
