@@ -119,10 +119,12 @@ class Builder:
             sys.exit(f"{name}: K = {K} is not a multiple of 4 (MatMulNBits' block size must be)")
         packed = (q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
         ins = [x, self.const(f"{name}.q", packed), self.f16(scale, f"{name}.scale")]
-        if bias is not None:
-            ins += ["", "", self.f16(bias, f"{name}.bias")]  # zero_points, g_idx absent
         self.weight_bytes += N * K
-        return self.op("MatMulNBits", ins, name, domain=MS_DOMAIN, K=K, N=N, bits=8, block_size=K)
+        y = self.op("MatMulNBits", ins, name, domain=MS_DOMAIN, K=K, N=N, bits=8, block_size=K)
+        if bias is None:
+            return y
+        # A separate Add: the QNN EP (2.7.0) refuses MatMulNBits with its bias input.
+        return self.op("Add", [y, self.f16(bias, f"{name}.bias")], f"{name}.biased")
 
     def rms_norm(self, x: str, w: np.ndarray, eps: float, name: str) -> str:
         return self.op("RMSNormalization", [x, self.f16(w, f"{name}.weight")], name, axis=-1, epsilon=float(eps))
