@@ -16,6 +16,8 @@ bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 conte
 
 echo "== build (Release)"
 bash scripts/build.sh build
+echo "== qnn-htp bundles of the tiny checkpoints (qhx_export --target qnn-htp; cached)"
+bash scripts/qnn_bundles.sh build
 echo "== C++ tests (Release)"
 ctest --test-dir build --output-on-failure -j2
 echo "== CPU kernels on aarch64 (cross-built, run under qemu-aarch64)"

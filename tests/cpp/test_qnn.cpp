@@ -400,3 +400,81 @@ TEST(QnnHtp, UnknownManifestKeyIsAnError) {
 
 }  // namespace
 }  // namespace qhx
+
+// --- the exported qnn-htp bundle (scripts/qnn_bundles.sh) -------------------------------------
+
+namespace qhx {
+namespace {
+
+fs::path qnn_bundle_dir(const std::string& cfg) {
+  const fs::path d = test::cache_dir() / "qnn/bundles" / cfg;
+  if (!fs::exists(d / "qnn_graphs.json")) ADD_FAILURE() << d << " holds no qnn-htp bundle: run scripts/qnn_bundles.sh";
+  return d;
+}
+
+void expect_same_tensors(const std::vector<qnn::TensorInfo>& a, const std::vector<qnn::TensorInfo>& b,
+                         const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name) << what;
+    EXPECT_EQ(a[i].dims, b[i].dims) << what << " " << a[i].name;
+    EXPECT_EQ(a[i].dtype, b[i].dtype) << what << " " << a[i].name;
+  }
+}
+
+// The device's binary: prefill and decode in one context over one weight set. Its size
+// proves the sharing: two separate graphs would cost both twins' bytes; sharing saves
+// (about) one copy of the part's int8 weights. Its graphs are the twins' graphs, tensor
+// for tensor, so executing the twins (tests/python/test_qnn_bundle.py) checks its numerics.
+TEST(QnnBundle, SharedBinaryHoldsPrefillAndDecodeOverOneWeightSet) {
+  for (const char* cfg : {"tiny_a", "tiny_b"}) {
+    const fs::path dir = qnn_bundle_dir(cfg);
+    const auto desc = read_json(dir / "qnn_graphs.json");
+    const auto& rt = qnn::Runtime::get();
+    for (const auto& part : desc["llm_parts"]) {
+      const auto shared_bytes = read_bytes(dir / part["shared"]["file"].get<std::string>());
+      const qnn::BinaryInfo shared = rt.read_binary_info(shared_bytes, "shared");
+      ASSERT_EQ(shared.graphs.size(), 2u) << cfg;
+      EXPECT_EQ(shared.soc_model, 69u);
+      std::uint64_t twin_bytes = 0;
+      for (const char* which : {"prefill", "decode"}) {
+        const std::string name = part["shared"]["graphs"][which];
+        const auto twin_file = read_bytes(dir / part["twins"][which]["file"].get<std::string>());
+        twin_bytes += twin_file.size();
+        const qnn::BinaryInfo twin = rt.read_binary_info(twin_file, which);
+        ASSERT_EQ(twin.graphs.size(), 1u);
+        EXPECT_EQ(twin.graphs[0].name, part["twins"][which]["graph"].get<std::string>());
+        const auto it = std::find_if(shared.graphs.begin(), shared.graphs.end(),
+                                     [&](const qnn::GraphInfo& g) { return g.name == name; });
+        ASSERT_NE(it, shared.graphs.end()) << cfg << ": no graph " << name << " in the shared binary";
+        expect_same_tensors(it->inputs, twin.graphs[0].inputs, std::string(cfg) + " " + which + " inputs");
+        expect_same_tensors(it->outputs, twin.graphs[0].outputs, std::string(cfg) + " " + which + " outputs");
+      }
+      const auto weights = part["int8_weight_bytes"].get<std::uint64_t>();
+      std::printf("%s part %s: shared %zu bytes, twins %llu bytes, int8 weights %llu bytes\n", cfg,
+                  part["layers"].dump().c_str(), shared_bytes.size(), static_cast<unsigned long long>(twin_bytes),
+                  static_cast<unsigned long long>(weights));
+      EXPECT_LE(static_cast<double>(shared_bytes.size()), static_cast<double>(twin_bytes) - 0.9 * static_cast<double>(weights))
+          << cfg << ": the shared binary is not smaller than two graphs by one weight set";
+    }
+  }
+}
+
+// A prefill graph's names are the contract's: the runtime binds them by name.
+TEST(QnnBundle, DecoderGraphsCarryTheBlockContractsNames) {
+  const fs::path dir = qnn_bundle_dir("tiny_a");
+  const auto desc = read_json(dir / "qnn_graphs.json");
+  const auto& rt = qnn::Runtime::get();
+  const auto& part0 = desc["llm_parts"][0];
+  const auto bin = read_bytes(dir / part0["twins"]["prefill"]["file"].get<std::string>());
+  const qnn::BinaryInfo info = rt.read_binary_info(bin, "prefill");
+  std::vector<std::string> in, out;
+  for (const auto& t : info.graphs[0].inputs) in.push_back(t.name);
+  for (const auto& t : info.graphs[0].outputs) out.push_back(t.name);
+  for (const char* n : {"inputs_embeds", "attention_mask", "rope_cos", "rope_sin", "past_key", "past_value", "deepstack"})
+    EXPECT_NE(std::find(in.begin(), in.end(), n), in.end()) << n;
+  for (const char* n : {"hidden", "new_key", "new_value"}) EXPECT_NE(std::find(out.begin(), out.end(), n), out.end()) << n;
+}
+
+}  // namespace
+}  // namespace qhx

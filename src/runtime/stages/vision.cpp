@@ -4,6 +4,7 @@
 // encoder attends within an image only, so this equals one call over all.
 #include <memory>
 
+#include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/stage.hpp"
 
@@ -46,6 +47,10 @@ class VisionStage final : public Stage {
       const Binding outs[] = {{"image_embeds", {DType::F32, {f->tokens, out}, f->embeds.data()}},
                               {"deepstack", {DType::F32, {n_ds, f->tokens, out}, f->deepstack.data()}}};
       g.run(in, outs);
+      if (debug::dumping()) {  // what any backend's vision graph returns, for diffing backends
+        debug::dump("vision.image_embeds", f->embeds.data(), {f->tokens, out});
+        debug::dump("vision.deepstack_all", f->deepstack.data(), {n_ds * f->tokens, out});
+      }
       im.vision_hidden = {};
       ctx.res.image_cache.insert(im.key, f);
       im.features = std::move(f);

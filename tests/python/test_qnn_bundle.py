@@ -1,0 +1,219 @@
+"""The NPU path end to end: qnn-htp bundles of the tiny checkpoints (scripts/qnn_bundles.sh:
+`qhx_export --target qnn-htp --soc SM8750`), run by the seed's command
+`qhx_generate MANIFEST libQnnHtp.so libQnnSystem.so DIR MAX_TOKENS PROMPT [IMAGE]` in x86-64 HTP
+emulation, against the CPU backend on the same int8 weights (a CPU w8 bundle exported with the
+same options, activations f32: the HTP keeps activations in fp16, not int8).
+
+What must hold, for image -> text and text chat on both tiny configs, over 16 greedy steps:
+- the QNN run follows the CPU's tokens (teacher-forced along them, so each step's logits are
+  compared on the same prefix): at every step its greedy choice is the CPU's, except where the
+  CPU's top two logits are closer than the two backends differ there (an fp16 rounding may flip
+  a near-tie; such steps are listed);
+- the logits' cosine at every step >= 0.9999;
+- the image features and DeepStack features the vision graph returns: cosine >= 0.9999.
+A free-running seed command (no forcing) is also checked to give the CPU's greedy tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT, cache_dir, tool_path
+
+STEPS = 16
+IMAGE = REPO_ROOT / "assets" / "sample.png"
+PROMPTS = {"vlm": "Describe this image.", "text": "What is the capital of France?"}
+MIN_COSINE = 0.9999
+
+
+def qnn_bundle(cfg: str) -> Path:
+    d = cache_dir() / "qnn" / "bundles" / cfg
+    if not (d / "qnn_graphs.json").is_file():
+        pytest.fail(f"{d} holds no qnn-htp bundle: run scripts/qnn_bundles.sh after the build")
+    return d
+
+
+def run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[bytes]:
+    p = subprocess.run([str(tool_path("qhx_generate")), *args], capture_output=True, timeout=timeout, check=False)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    return p
+
+
+def last_json(p: subprocess.CompletedProcess[bytes]) -> dict:
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def cpu_bundles(tmp_path_factory) -> dict[str, Path]:
+    """CPU w8 bundles of the same checkpoints and options, with f32 activations."""
+    out = {}
+    for cfg in ("tiny_a", "tiny_b"):
+        d = tmp_path_factory.mktemp(f"cpu_{cfg}")
+        p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / cfg / "checkpoint"),
+                            "--out", str(d), "--weights", "w8", "--image-size", "256", "--prefill-chunk", "64",
+                            "--context", "384", "-q"], capture_output=True, check=False)
+        assert p.returncode == 0, p.stderr.decode()
+        for kind in ("vlm", "text"):
+            m = json.loads((d / f"qwen3vl-2b-{kind}-256.json").read_text())
+            for g in m["graphs"].values():
+                if "activations" in g:
+                    g["activations"] = "f32"
+            (d / f"{kind}-f32.json").write_text(json.dumps(m))
+        out[cfg] = d
+    return out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("kind", ["vlm", "text"])
+@pytest.mark.parametrize("cfg", ["tiny_a", "tiny_b"])
+def test_seed_command_follows_the_cpu_backend(cfg, kind, cpu_bundles, tmp_path):
+    bundle = qnn_bundle(cfg)
+    image = [str(IMAGE)] if kind == "vlm" else []
+    cpu_dir, qnn_dir = tmp_path / "cpu", tmp_path / "qnn"
+    cpu = last_json(run(["-m", str(cpu_bundles[cfg] / f"{kind}-f32.json"), "-p", PROMPTS[kind],
+                         *sum((["--image", i] for i in image), []), "-n", str(STEPS), "--temp", "0", "--json",
+                         "--dump-logits", str(tmp_path / "cpu.npy"), "--dump-dir", str(cpu_dir)]))
+    tokens = cpu["tokens"]
+    assert len(tokens) == STEPS
+    qnn = last_json(run([f"qwen3vl-2b-{kind}-256.json", "libQnnHtp.so", "libQnnSystem.so", str(bundle), str(STEPS),
+                         PROMPTS[kind], *image, "--temp", "0", "--json",
+                         "--force-tokens", ",".join(map(str, tokens)),
+                         "--dump-logits", str(tmp_path / "qnn.npy"), "--dump-dir", str(qnn_dir)]))
+    assert qnn["prompt_tokens"] == cpu["prompt_tokens"]
+    assert qnn["tokens"] == tokens
+    lc, lq = np.load(tmp_path / "cpu.npy"), np.load(tmp_path / "qnn.npy")
+    assert lc.shape == lq.shape == (STEPS, lc.shape[1])
+    flips, worst = [], 1.0
+    for t in range(STEPS):
+        c = cosine(lc[t], lq[t])
+        worst = min(worst, c)
+        assert c >= MIN_COSINE, f"step {t}: logits cosine {c:.7f} < {MIN_COSINE}"
+        pick = int(np.argmax(lq[t]))
+        if pick != tokens[t]:
+            gap = float(lc[t, tokens[t]] - lc[t, pick])            # the CPU's margin between the two
+            diff = float(np.max(np.abs(lc[t] - lq[t])))            # how far the backends differ at this step
+            assert gap <= 2 * diff, f"step {t}: HTP picks {pick}, CPU {tokens[t]} by a margin {gap} > 2x {diff}"
+            flips.append((t, tokens[t], pick, gap))
+    print(f"{cfg} {kind}: {STEPS} steps, worst logits cosine {worst:.7f}, near-tie flips {flips}")
+    if kind == "vlm":
+        for name in ("vision.image_embeds", "vision.deepstack_all"):
+            a, b = np.load(cpu_dir / f"{name}.npy"), np.load(qnn_dir / f"{name}.npy")
+            assert a.shape == b.shape, name
+            c = cosine(a, b)
+            print(f"{cfg} {name}: cosine {c:.7f}")
+            assert c >= MIN_COSINE, f"{name}: cosine {c:.7f}"
+
+
+def test_free_running_seed_command_gives_the_cpu_greedy_tokens(cpu_bundles):
+    """The seed's command exactly as the card writes it (plus --temp 0 --json)."""
+    bundle = qnn_bundle("tiny_a")
+    cpu = last_json(run(["-m", str(cpu_bundles["tiny_a"] / "vlm-f32.json"), "-p", PROMPTS["vlm"], "--image", str(IMAGE),
+                         "-n", "8", "--temp", "0", "--json"]))
+    env_cwd = bundle  # the card runs it from the bundle folder: DIR is "."
+    p = subprocess.run([str(tool_path("qhx_generate")), "qwen3vl-2b-vlm-256.json", "libQnnHtp.so", "libQnnSystem.so",
+                        ".", "8", PROMPTS["vlm"], str(IMAGE), "--temp", "0", "--json"], cwd=env_cwd,
+                       capture_output=True, timeout=900, check=False, env=dict(os.environ))
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    assert last_json(p)["tokens"] == cpu["tokens"]
+
+
+def test_the_bundle_holds_the_seed_files_and_every_graph_is_on_the_htp():
+    bundle = qnn_bundle("tiny_a")
+    for f in ("vis_native_256.bin", "lmhead_wqo.bin", "embed_f16.bin", "vis_patch_embed_f32.bin",
+              "vis_patch_embed_bias_f32.bin", "vis_pos_embed_f32.bin", "tokenizer.json",
+              "qwen3vl-2b-vlm-256.json", "qwen3vl-2b-text-256.json"):
+        assert (bundle / f).is_file(), f
+    for kind in ("vlm", "text"):
+        m = json.loads((bundle / f"qwen3vl-2b-{kind}-256.json").read_text())
+        assert {g["backend"] for g in m["graphs"].values()} == {"qnn-htp"}, kind
+    desc = json.loads((bundle / "qnn_graphs.json").read_text())
+    assert desc["soc_model"] == 69 and desc["htp_arch"] == 79
+    assert len(desc["llm_parts"]) == 2  # scripts/qnn_bundles.sh splits tiny_a's decoder in two
+
+
+# --- bad input: each a clear error and a non-zero exit ------------------------------------------
+
+def bundle_copy(tmp_path: Path, edit) -> Path:
+    """The tiny_a qnn bundle's files linked into tmp_path, with its VLM manifest edited by `edit`."""
+    src = qnn_bundle("tiny_a")
+    for f in src.iterdir():
+        if f.is_file():
+            (tmp_path / f.name).symlink_to(f)
+    m = json.loads((src / "qwen3vl-2b-vlm-256.json").read_text())
+    edit(m, tmp_path)
+    (tmp_path / "qwen3vl-2b-vlm-256.json").unlink()
+    (tmp_path / "qwen3vl-2b-vlm-256.json").write_text(json.dumps(m))
+    return tmp_path
+
+
+def seed_fails(bundle: Path, *needles: str, libs=("libQnnHtp.so", "libQnnSystem.so"), prompt=PROMPTS["vlm"],
+               image=True) -> str:
+    p = subprocess.run([str(tool_path("qhx_generate")), "qwen3vl-2b-vlm-256.json", *libs, str(bundle), "4", prompt,
+                        *([str(IMAGE)] if image else [])], capture_output=True, timeout=600, check=False)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode != 0, err
+    assert "Segmentation" not in err and p.returncode > 0, err
+    for n in needles:
+        assert n in err, f"{n!r} not in: {err}"
+    return err
+
+
+def test_binary_for_another_soc(tmp_path):
+    def edit(m, _):
+        m["graphs"]["vision"]["soc_model"] = 57
+    seed_fails(bundle_copy(tmp_path, edit), "vis_native_256.bin", "SoC model 69", "57 (SM8650")
+
+
+def test_truncated_binary(tmp_path):
+    def edit(m, d):
+        src = qnn_bundle("tiny_a") / "vis_native_256.bin"
+        (d / "cut.bin").write_bytes(src.read_bytes()[:4096])
+        m["graphs"]["vision"]["context_binary"] = "cut.bin"
+    seed_fails(bundle_copy(tmp_path, edit), "cut.bin", "QnnSystemContext_getBinaryInfo failed")
+
+
+def test_corrupt_binary(tmp_path):
+    def edit(m, d):
+        raw = bytearray((qnn_bundle("tiny_a") / "lmhead_wqo.bin").read_bytes())
+        raw[:64] = b"\xa5" * 64
+        (d / "bad.bin").write_bytes(bytes(raw))
+        m["graphs"]["lm_head"]["context_binary"] = "bad.bin"
+    seed_fails(bundle_copy(tmp_path, edit), "bad.bin", "error")
+
+
+def test_missing_libraries():
+    seed_fails(qnn_bundle("tiny_a"), "/nowhere/libQnnHtp.so", "QHX_QNN_LIB_DIR",
+               libs=("/nowhere/libQnnHtp.so", "/nowhere/libQnnSystem.so"))
+
+
+def test_graph_name_absent_from_the_context(tmp_path):
+    def edit(m, _):
+        m["graphs"]["decode"]["parts"][0]["emulator_graph"] = "token_ar1_cl384"
+    seed_fails(bundle_copy(tmp_path, edit), "token_ar1_cl384", "it holds")
+
+
+def test_signature_that_does_not_match_the_binary(tmp_path):
+    def edit(m, _):  # the vision entry pointing at the lm-head's binary
+        m["graphs"]["vision"]["context_binary"] = "lmhead_wqo.bin"
+        del m["graphs"]["vision"]["graph"]
+    seed_fails(bundle_copy(tmp_path, edit), "vision", "has no input named \"hidden\"")
+
+
+def test_a_decoder_part_that_is_no_decoder(tmp_path):
+    def edit(m, _):
+        m["graphs"]["prefill"]["parts"].append({"context_binary": "lmhead_wqo.bin"})
+    seed_fails(bundle_copy(tmp_path, edit), "parts[", "past_key")
+
+
+def test_prompt_longer_than_the_fixed_context():
+    seed_fails(qnn_bundle("tiny_a"), "context", prompt="word " * 400, image=False)
