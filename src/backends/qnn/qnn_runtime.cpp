@@ -315,9 +315,11 @@ void Context::execute(const std::string& name, std::span<void* const> inputs, st
   if (inputs.size() != gi.inputs.size() || outputs.size() != gi.outputs.size())
     fail("qnn-htp: ", what_, ": graph \"", name, "\" takes ", gi.inputs.size(), " inputs and ", gi.outputs.size(),
          " outputs, got ", inputs.size(), " and ", outputs.size());
-  // Tensor records built from the binary's metadata: QNN matches them by id and name.
-  auto records = [](const std::vector<TensorInfo>& infos, std::span<void* const> bufs) {
-    std::vector<abi::Tensor> ts(infos.size());
+  // Tensor records built once from the binary's metadata (QNN matches them by id and
+  // name); each call only points them at its buffers, so a decode step allocates nothing.
+  auto& [in, out] = records_[name];
+  auto build = [](const std::vector<TensorInfo>& infos, std::vector<abi::Tensor>& ts) {
+    ts.resize(infos.size());
     for (std::size_t i = 0; i < infos.size(); ++i) {
       const TensorInfo& ti = infos[i];
       abi::Tensor t{};
@@ -337,14 +339,16 @@ void Context::execute(const std::string& name, std::span<void* const> inputs, st
       v.mem_type = abi::MemType::Raw;
       std::size_t bytes = dtype_bytes(ti.dtype);
       for (const auto d : ti.dims) bytes *= d;
-      v.client_buf.data = bufs[i];
       v.client_buf.size = static_cast<std::uint32_t>(bytes);
       ts[i] = t;
     }
-    return ts;
   };
-  const auto in = records(gi.inputs, inputs);
-  auto out = records(gi.outputs, outputs);
+  if (in.size() != gi.inputs.size() || out.size() != gi.outputs.size()) {
+    build(gi.inputs, in);
+    build(gi.outputs, out);
+  }
+  for (std::size_t i = 0; i < in.size(); ++i) in[i].v2.base.client_buf.data = inputs[i];
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].v2.base.client_buf.data = outputs[i];
   if (auto e = rt_.core().fn.graph_execute(h, in.data(), static_cast<std::uint32_t>(in.size()), out.data(),
                                            static_cast<std::uint32_t>(out.size()), nullptr, nullptr);
       e != 0)

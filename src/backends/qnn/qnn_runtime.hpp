@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -116,6 +117,7 @@ class Context {
   BinaryInfo info_;
   abi::Handle context_ = nullptr;
   std::vector<std::pair<std::string, abi::Handle>> graphs_;
+  std::map<std::string, std::pair<std::vector<abi::Tensor>, std::vector<abi::Tensor>>> records_;  // per graph: in, out
 };
 
 std::size_t dtype_bytes(abi::DataType dt);  // 0 for types the backend does not pass
