@@ -115,6 +115,7 @@ nlohmann::json qnn_decoder(const nlohmann::json& desc, const std::string& which,
 nlohmann::json on_graphs(nlohmann::json stages, const std::string& prefill_graph) {
   for (auto& st : stages) {
     if (st["op"] == "prefill") st["graph"] = prefill_graph;
+    if (st["op"] == "prefill" && prefill_graph != "decode") st["tail_graph"] = "decode";
     if (st["op"] == "decode") st["graph"] = "decode";
   }
   return stages;

@@ -12,8 +12,8 @@ namespace {
 
 class PrefillStage final : public Stage {
  public:
-  PrefillStage(std::string llm, std::string lm_head, bool one_by_one)
-      : llm_(std::move(llm)), lm_head_(std::move(lm_head)), one_by_one_(one_by_one) {}
+  PrefillStage(std::string llm, std::string lm_head, std::string tail, bool one_by_one)
+      : llm_(std::move(llm)), lm_head_(std::move(lm_head)), tail_(std::move(tail)), one_by_one_(one_by_one) {}
 
   void run(RunContext& ctx) override {
     const auto t0 = Clock::now();
@@ -57,12 +57,19 @@ class PrefillStage final : public Stage {
     ctx.session.ids.resize(static_cast<std::size_t>(P));
     // "decode_over_prompt" feeds the prompt one token per call, as the seed's decode graph does.
     std::int64_t chunk = one_by_one_ ? 1 : res.manifest.prefill_chunk;
-    if (const std::int64_t block = llm_block(llm); block > 0) chunk = std::min(chunk, block);
+    const std::int64_t block = llm_block(llm);
+    if (block > 0) chunk = std::min(chunk, block);
+    // A block graph takes a block while the past before it fits its past input; past
+    // that, the rest of the prompt goes token by token through the tail graph (the
+    // decode graph), as the context would otherwise be cut at CL - AR.
+    const std::int64_t room = block > 0 ? llm.input("past_key").shape[0] : L;
+    Graph* tail = tail_.empty() ? nullptr : &res.graph(tail_);
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
     std::vector<float> logits;
-    for (std::int64_t s = P; s < L; s += chunk) {
-      const std::int64_t T = std::min(chunk, L - s);
+    for (std::int64_t s = P, T = 0; s < L; s += T) {
+      Graph& g = s > room && tail != nullptr ? *tail : llm;
+      T = std::min(&g == tail ? 1 : chunk, L - s);
       for (int a = 0; a < 3; ++a)  // the chunk's [3, T] slice of the [3, L] positions
         std::copy_n(ctx.positions.begin() + a * L + s, T, pos.begin() + a * T);
       for (std::int64_t i = 0; i < T; ++i) {  // this chunk's [n_ds, T, H] slice (rows of text stay unused)
@@ -76,7 +83,7 @@ class PrefillStage final : public Stage {
       }
       const bool all_rows = ctx.options.keep_prompt_logits;
       const std::int64_t logit_rows = all_rows ? T : (s + T == L ? 1 : 0);  // the lm-head once, at the last token
-      run_llm_step(llm, head, ctx.session, *res.family, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
+      run_llm_step(g, head, ctx.session, *res.family, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
                    mask.data() + (s - P), logit_rows, logits);
       ctx.session.ids.insert(ctx.session.ids.end(), ctx.ids.begin() + s, ctx.ids.begin() + s + T);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
@@ -88,7 +95,7 @@ class PrefillStage final : public Stage {
   }
 
  private:
-  std::string llm_, lm_head_;
+  std::string llm_, lm_head_, tail_;  // tail_: "" or the graph that takes the prompt past the block graph's room
   bool one_by_one_;
 };
 
@@ -98,6 +105,11 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
   std::string llm = stage_ref(stage, "graph");
   std::string head = stage_ref(stage, "lm_head");
   check_llm_contract(res.graph(llm), res.graph(head));
+  std::string tail;
+  if (stage.args.contains("tail_graph")) {
+    tail = stage_ref(stage, "tail_graph");
+    check_llm_contract(res.graph(tail), res.graph(head));
+  }
   std::string mode = "chunked";
   if (const auto it = stage.args.find("mode"); it != stage.args.end()) {
     if (!it->is_string()) fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\"");
@@ -105,7 +117,7 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
   }
   if (mode != "chunked" && mode != "decode_over_prompt")
     fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\", got \"", mode, "\"");
-  return std::make_unique<PrefillStage>(std::move(llm), std::move(head), mode == "decode_over_prompt");
+  return std::make_unique<PrefillStage>(std::move(llm), std::move(head), std::move(tail), mode == "decode_over_prompt");
 }
 
 }  // namespace qhx
