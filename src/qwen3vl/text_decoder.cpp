@@ -269,10 +269,17 @@ class TextDecoderAr final : public Delegate {
         cos_[static_cast<std::size_t>(t * hd + k)] = in[2].as<const float>()[t * half + k % half];
         sin_[static_cast<std::size_t>(t * hd + k)] = in[3].as<const float>()[t * half + k % half];
       }
+    // The layers take DeepStack as [n_ds, T, H]; the contract's is [n_ds, AR, H].
+    const float* ds = in[6].as<const float>();
+    if (T < ar_ && n_ds > 1) {
+      ds_.resize(static_cast<std::size_t>(n_ds * T * H));
+      for (std::int64_t d = 0; d < n_ds; ++d) std::copy_n(ds + d * ar_ * H, T * H, ds_.data() + d * T * H);
+      ds = ds_.data();
+    }
     float* hidden = out[0].as<float>();
     std::fill_n(hidden, ar_ * H, 0.0f);
-    core_.forward(in[0].as<const float>(), T, V, cos_.data(), sin_.data(), reinterpret_cast<std::byte*>(kv_.data()),
-                  in[6].as<const float>(), n_ds, ones_.data(), hidden);
+    core_.forward(in[0].as<const float>(), T, V, cos_.data(), sin_.data(), reinterpret_cast<std::byte*>(kv_.data()), ds,
+                  n_ds, ones_.data(), hidden);
     for (int kv = 0; kv < 2; ++kv) {
       float* dst = out[1 + kv].as<float>();
       std::fill_n(dst, ar_ * row_, 0.0f);
@@ -314,6 +321,7 @@ class TextDecoderAr final : public Delegate {
   std::int64_t ar_ = 0, row_ = 0;  // row_: floats of one token's keys (or values) over all layers
   std::vector<float> kv_;          // [layers, 2, CL, kv_heads, head_dim]
   std::vector<float> cos_, sin_;   // [AR, head_dim]
+  std::vector<float> ds_;          // [n_ds, T, hidden]: the block's DeepStack rows, packed
   std::vector<std::uint8_t> ones_;
 };
 

@@ -256,6 +256,44 @@ TEST_P(SessionTest, BlockContractGraphsEqualTheStateGraph) {
   }
 }
 
+// A prefill block graph whose past input is short (a block of 590 in a context of 600
+// leaves room for 10 past rows): from the second turn on the prompt starts past that room,
+// and the prefill stage's tail graph (the decode graph) takes it token by token. Without a
+// tail graph the same turn is refused, naming the limit.
+TEST_P(SessionTest, PromptPastTheBlockGraphsRoomGoesThroughTheTailGraph) {
+  test::TempDir dir;
+  nlohmann::json plan = default_manifest_for_hf_dir(checkpoint(GetParam())).json;
+  plan["context_length"] = 600;
+  nlohmann::json llm = plan["graphs"]["llm"];
+  llm["kind"] = "qwen3vl.text_decoder_ar";
+  plan["graphs"]["llm_prefill"] = llm;
+  plan["graphs"]["llm_prefill"]["block"] = 590;
+  plan["graphs"]["llm_decode"] = llm;
+  plan["graphs"]["llm_decode"]["block"] = 1;
+  plan["graphs"].erase("llm");
+  for (auto& st : plan["stages"]) {
+    if (st["op"] == "prefill") st["graph"] = "llm_prefill";
+    if (st["op"] == "decode") st["graph"] = "llm_decode";
+  }
+  const auto no_tail = dir.write("no_tail.json", plan.dump());
+  for (auto& st : plan["stages"])
+    if (st["op"] == "prefill") st["tail_graph"] = "llm_decode";
+  Pipeline block = Pipeline::open(dir.write("tail.json", plan.dump()));
+  Session a(pipe_), b(block);
+  int turn = 0;
+  for (Message& m : user_turns()) {
+    ++turn;
+    const GenerationResult x = a.send(m, greedy());
+    const GenerationResult y = b.send(m, greedy());
+    expect_same(x, y, "tail graph, turn " + std::to_string(turn));
+  }
+  Pipeline refusing = Pipeline::open(no_tail);
+  Session c(refusing);
+  auto turns = user_turns();
+  (void)c.send(turns[0], greedy());
+  test::expect_error([&] { c.send(turns[1], greedy()); }, {"llm_prefill", "room for a past of 10"});
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyConfigs, SessionTest, ::testing::Values("tiny_a", "tiny_b"));
 
 TEST(Session, ImageForATextOnlyPlanIsRefused) {
