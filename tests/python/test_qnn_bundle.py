@@ -217,3 +217,25 @@ def test_a_decoder_part_that_is_no_decoder(tmp_path):
 
 def test_prompt_longer_than_the_fixed_context():
     seed_fails(qnn_bundle("tiny_a"), "context", prompt="word " * 400, image=False)
+
+
+def test_a_session_on_the_htp_reuses_its_cache_and_follows_the_cpu(cpu_bundles, tmp_path):
+    """Two turns through one session (--replay): the second prefills only what the cache lacks."""
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps([{"role": "user", "content": "What is the capital of France?"},
+                                {"role": "assistant", "content": "(replaced)"},
+                                {"role": "user", "content": "And of Italy?"}]))
+    args = ["--messages", str(conv), "--replay", "-n", "4", "--temp", "0", "--json"]
+
+    def turns(p):
+        return [json.loads(line) for line in p.stdout.decode().strip().splitlines() if line.startswith("{")]
+
+    cpu = turns(run(["-m", str(cpu_bundles["tiny_b"] / "text-f32.json"), *args]))
+    qnn = turns(run(["-m", str(qnn_bundle("tiny_b") / "qwen3vl-2b-text-256.json"), *args]))
+    assert len(cpu) == len(qnn) == 2
+    for c, q in zip(cpu, qnn):
+        assert q["prompt_tokens"] == c["prompt_tokens"]
+        assert q["tokens"] == c["tokens"]
+    assert qnn[0]["cached_tokens"] == 0
+    assert qnn[1]["cached_tokens"] >= len(qnn[0]["prompt_tokens"])
+    assert qnn[1]["cached_tokens"] == cpu[1]["cached_tokens"]
