@@ -63,6 +63,7 @@ nlohmann::json to_json(const qhx::DoctorReport& r) {
                    {"bytes", b.bytes},       {"read", b.read},         {"error", b.error},
                    {"build_id", b.build_id}, {"soc_version", b.soc_version}, {"soc_model", b.soc_model},
                    {"graphs", b.graphs}};
+        jb["soc_name"] = b.soc_name;
         jb["plan_soc_model"] = b.plan_soc_model ? json(*b.plan_soc_model) : json(nullptr);
         bins.push_back(std::move(jb));
       }
@@ -123,14 +124,15 @@ void print_text(const qhx::DoctorReport& r) {
       std::printf("  graph %-9s %s %s\n", g.name.c_str(), g.backend.c_str(), g.kind.c_str());
       for (const auto& f : g.files) std::printf("    file          %s\n", f.c_str());
       for (const auto& b : g.binaries) {
-        std::printf("    %-13s %s%s\n", b.key.c_str(), b.path.c_str(),
+        std::printf("    %s %s%s\n", b.key.c_str(), b.path.c_str(),
                     b.exists ? (" (" + bytes_str(b.bytes) + ")").c_str() : " (missing)");
         if (b.read) {
           std::string plan = b.plan_soc_model ? "plan: " + std::to_string(*b.plan_soc_model) : "plan: not stated";
-          std::printf("                  SoC model %u (%s), %s (%s); QAIRT %s; graphs: %s\n", b.soc_model,
-                      b.soc_version.c_str(), plan.c_str(),
-                      b.plan_soc_model && *b.plan_soc_model == b.soc_model ? "matches" : "check", b.build_id.c_str(),
-                      join(b.graphs, ", ").c_str());
+          const char* verdict = !b.plan_soc_model ? "" : *b.plan_soc_model == b.soc_model ? ", matches" : ", MISMATCH";
+          std::printf("      SoC model   %u (%s%s%s; %s%s)\n", b.soc_model, b.soc_name.c_str(),
+                      b.soc_version.empty() ? "" : ", ", b.soc_version.c_str(), plan.c_str(), verdict);
+          std::printf("      QAIRT       %s\n", b.build_id.c_str());
+          std::printf("      graphs      %s\n", join(b.graphs, ", ").c_str());
         }
       }
     }

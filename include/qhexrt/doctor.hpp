@@ -52,6 +52,7 @@ struct BinaryReport {
   std::string error;    // why not, when not read
   std::string build_id, soc_version;
   std::uint32_t soc_model = 0;                  // recorded in the binary (0 = not recorded)
+  std::string soc_name;                         // e.g. "SM8750, HTP v79"
   std::optional<std::uint32_t> plan_soc_model;  // the entry's "soc_model", if any
   std::vector<std::string> graphs;              // the graph names inside
 };

@@ -208,6 +208,7 @@ struct Checker {
       b.build_id = info.build_id;
       b.soc_version = info.soc_version;
       b.soc_model = info.soc_model;
+      b.soc_name = qnn::soc_label(info.soc_model);
       for (const auto& g : info.graphs) b.graphs.push_back(g.name);
     } catch (const Error& e) {
       b.error = e.what();

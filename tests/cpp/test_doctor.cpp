@@ -182,7 +182,7 @@ TEST(QhxDoctor, AMatchingPlanIsOkWithItsBinaryGraphsAndMemory) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "graph lm_head   qnn-htp qnn.context_graph")) << r.out;
   EXPECT_TRUE(has(r.out, graph)) << r.out;
-  EXPECT_TRUE(has(r.out, "SoC model 69")) << r.out;
+  EXPECT_TRUE(has(r.out, "SoC model   69 (SM8750, HTP v79; plan: 69, matches)")) << r.out;
   EXPECT_TRUE(has(r.out, "\nOK\n")) << r.out;
 }
 
