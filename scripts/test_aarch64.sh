@@ -1,14 +1,84 @@
 #!/usr/bin/env bash
-# The CPU kernels on 64-bit Arm: cross-compiles the kernels and their tests
-# (the shared kernel suite, the int8 path with its NEON dotprod kernel, the
-# thread pool) with Debian's aarch64 toolchain and runs them under qemu-aarch64,
-# so the NEON paths are tested, not just compiled. The packages come from
-# scripts/setup.sh. Usage: bash scripts/test_aarch64.sh [BUILD_DIR]
+# QHexRT on 64-bit Arm Linux: cross-compiles the whole runtime and its tools (libqhexrt,
+# qhx_export, qhx_generate, qhx_doctor, ...) with Debian's aarch64 toolchain against the
+# arm64 libraries multiarch installs (scripts/setup.sh), then under qemu-aarch64:
+#   1. the kernels' tests (the shared kernel suite, the int8 path with its NEON dotprod
+#      kernel, the thread pool), so the NEON paths are tested, not just compiled;
+#   2. end to end: the aarch64 qhx_export turns the tiny reference checkpoint into a w8
+#      bundle, the aarch64 qhx_generate answers a text prompt and an image prompt on it
+#      (greedy, 8 tokens, --json), and the tokens must equal the x86-64 build's on the same
+#      bundle (and the bundle's files the x86-64 export's, byte for byte).
+# Any difference fails the script. Usage:
+#   bash scripts/test_aarch64.sh [AARCH64_BUILD_DIR] [X86_64_BUILD_DIR]
+# The x86-64 build (default build/) must have qhx_export and qhx_generate; the tiny_a
+# checkpoint comes from tests/reference/build_all.py (scripts/test.sh runs both first).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 build="${1:-$QHX_ROOT/build-aarch64}"
-cmake -S "$QHX_ROOT" -B "$build" -G Ninja -DQHX_KERNELS_ONLY=ON -DQHX_WERROR=ON \
+host="${2:-$QHX_ROOT/build}"
+t0=$SECONDS
+# QHX_KERNELS_ONLY=OFF: a build folder configured by an older version of this script kept it ON.
+cmake -S "$QHX_ROOT" -B "$build" -G Ninja -DQHX_WERROR=ON -DQHX_KERNELS_ONLY=OFF -DQHX_TESTS=OFF \
+  -DQHX_KERNEL_TESTS=ON -DQHX_BENCH=OFF \
   -DCMAKE_TOOLCHAIN_FILE="$QHX_ROOT/cmake/aarch64-linux-gnu.cmake" >/dev/null
-cmake --build "$build" -j2
+cmake --build "$build" -j"$(nproc)"
+t_build=$((SECONDS - t0))
+aarch64-linux-gnu-readelf -h "$build/bin/qhx_generate" | grep -q "Machine: *AArch64" ||
+  { echo "aarch64: $build/bin/qhx_generate is not an aarch64 executable" >&2; exit 1; }
+
 # qemu's default CPU ("max") has dotprod, so the NEON dotprod kernel runs beside the portable one.
+t0=$SECONDS
 ctest --test-dir "$build" --output-on-failure -j2
+t_kernels=$((SECONDS - t0))
+
+# --- end to end ----------------------------------------------------------------------------
+a64() { qemu-aarch64 -L / "$@"; }  # the arm64 loader and libraries multiarch installed in /
+ck="$QHX_CACHE/reference/tiny_a/checkpoint"
+image="$QHX_ROOT/assets/sample.png"
+for f in "$ck/model.safetensors" "$host/bin/qhx_export" "$host/bin/qhx_generate" "$image"; do
+  [ -e "$f" ] || { echo "aarch64: $f is missing (run tests/reference/build_all.py and the x86-64 build first)" >&2; exit 1; }
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# A small fixed image size (a multiple of 32) keeps the vision encoder's share short under qemu.
+export_args=(--hf "$ck" --weights w8 --image-size 128 --context 256 --prefill-chunk 64 -q)
+t0=$SECONDS
+a64 "$build/bin/qhx_doctor" >"$work/doctor.txt" 2>/dev/null ||
+  { cat "$work/doctor.txt"; echo "aarch64: qhx_doctor failed" >&2; exit 1; }
+grep -E "arch|ISA|kernels|int8" "$work/doctor.txt" | sed 's/^/  aarch64 doctor: /'
+a64 "$build/bin/qhx_export" "${export_args[@]}" --out "$work/a64" >/dev/null
+"$host/bin/qhx_export" "${export_args[@]}" --out "$work/x86" >/dev/null
+for f in "$work/x86"/*; do
+  cmp -s "$f" "$work/a64/$(basename "$f")" ||
+    { echo "aarch64: the aarch64 export's $(basename "$f") differs from the x86-64 export's" >&2; exit 1; }
+done
+bundle="$work/a64"
+gen_args=(-m "$bundle" --temp 0 -n 8 --json)
+text=(-p "Describe the NPU in one sentence.")
+img=(-p "What is in this picture?" -i "$image")
+a64 "$build/bin/qhx_generate" "${gen_args[@]}" "${text[@]}" >"$work/a64_text.out" 2>"$work/a64_text.err" ||
+  { cat "$work/a64_text.err" >&2; exit 1; }
+a64 "$build/bin/qhx_generate" "${gen_args[@]}" "${img[@]}" >"$work/a64_image.out" 2>"$work/a64_image.err" ||
+  { cat "$work/a64_image.err" >&2; exit 1; }
+"$host/bin/qhx_generate" "${gen_args[@]}" "${text[@]}" >"$work/x86_text.out" 2>/dev/null
+"$host/bin/qhx_generate" "${gen_args[@]}" "${img[@]}" >"$work/x86_image.out" 2>/dev/null
+t_e2e=$((SECONDS - t0))
+# The last line of each is the --json object; the greedy tokens must be the same.
+python3 - "$work" <<'EOF'
+import json, sys
+work = sys.argv[1]
+def last(name):
+    lines = [l for l in open(f"{work}/{name}.out", encoding="utf-8").read().splitlines() if l.startswith("{")]
+    return json.loads(lines[-1])
+bad = False
+for case in ("text", "image"):
+    a, x = last(f"a64_{case}"), last(f"x86_{case}")
+    same = a["tokens"] == x["tokens"] and a["prompt_tokens"] == x["prompt_tokens"]
+    print(f"  {case:5s} prompt {a['prompt_tokens']:3d} tokens, greedy {a['tokens']} "
+          f"{'==' if same else '!='} x86-64 {x['tokens']}")
+    if len(a["tokens"]) == 0 or not same:
+        bad = True
+if bad:
+    sys.exit("aarch64: the aarch64 build's greedy tokens differ from the x86-64 build's on the same bundle")
+EOF
+echo "aarch64: passed (cross-build ${t_build}s, kernel tests ${t_kernels}s, export + generate under qemu ${t_e2e}s)"

@@ -848,6 +848,8 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
   HWY_DYNAMIC_DISPATCH(RopeRotateHalf)(x, tokens, heads, dim, cos, sin);
 }
 
+std::int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(CompiledTarget)(); }
+
 }  // namespace fast
 
 const KernelSet& fast_kernels() {
@@ -859,7 +861,7 @@ const KernelSet& fast_kernels() {
   return k;
 }
 
-std::string_view fast_kernels_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(fast::CompiledTarget)()); }
+std::string_view fast_kernels_target() { return hwy::TargetName(fast::dispatched_target()); }
 
 std::vector<std::string_view> fast_kernels_targets() {
   std::vector<std::string_view> out;
