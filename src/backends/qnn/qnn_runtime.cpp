@@ -30,8 +30,10 @@ std::vector<std::filesystem::path> library_search_dirs() {
   std::vector<std::filesystem::path> dirs;
   if (const char* d = std::getenv("QHX_QNN_LIB_DIR"); d != nullptr && *d != '\0') return {d};
   if (const char* c = std::getenv("QHX_CACHE"); c != nullptr && *c != '\0') dirs.emplace_back(std::filesystem::path(c) / "qnn/lib");
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
-    dirs.emplace_back(std::filesystem::path(h) / ".cache/qhexrt/qnn/lib");
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    const auto home = std::filesystem::path(h) / ".cache/qhexrt/qnn/lib";
+    if (dirs.empty() || dirs.front() != home) dirs.push_back(home);  // QHX_CACHE is often ~/.cache/qhexrt
+  }
   dirs.emplace_back();  // the dynamic loader's search path
   return dirs;
 }
