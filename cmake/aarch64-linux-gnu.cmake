@@ -1,6 +1,8 @@
 # Cross-compiling for 64-bit Arm Linux with Debian's toolchain
 # (g++-aarch64-linux-gnu) and arm64 libraries installed by multiarch
-# (libhwy-dev:arm64, libgtest-dev:arm64); tests run under qemu-aarch64.
+# (libhwy-dev:arm64, libgtest-dev:arm64, the codecs, utf8proc, xxhash,
+# libsimdjson14: scripts/setup.sh); tests and tools run under qemu-aarch64
+# (scripts/test_aarch64.sh).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)

@@ -39,19 +39,30 @@ APT_PACKAGES+=(
   libhwy-dev
 )
 # --- end of SIMD kernels -------------------------------------------------------
-# --- the kernels on 64-bit Arm (scripts/test_aarch64.sh) ----------------------
-# Debian's cross compiler, qemu's user-mode emulator, and the arm64 builds of
-# Highway and GoogleTest through multiarch (dpkg --add-architecture arm64).
-# qemu-user, libhwy-dev and the arm64 C library are pinned by the release only
-# (security updates move them); tested with qemu-user 1:7.2+dfsg-7+deb12u18+b3.
+# --- the runtime on 64-bit Arm (scripts/test_aarch64.sh) ----------------------
+# Debian's cross compiler, qemu's user-mode emulator, and the arm64 builds of the
+# runtime's libraries through multiarch (dpkg --add-architecture arm64), pinned as
+# their amd64 builds above are (a Multi-Arch: same package must have one version
+# for both architectures). qemu-user, libhwy-dev and the codecs are pinned by the
+# release only (security updates move them); tested with qemu-user
+# 1:7.2+dfsg-7+deb12u18+b3, libpng-dev 1.6.39-2+deb12u6. libsimdjson-dev is not
+# Multi-Arch: same, so arm64 gets only the shared library (libsimdjson14) and the
+# cross build uses the amd64 package's header, of the same pinned version.
 dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
 APT_PACKAGES+=(
   g++-aarch64-linux-gnu=4:12.2.0-3
   qemu-user
   libhwy-dev:arm64
   libgtest-dev:arm64=1.12.1-0.2
+  libutf8proc-dev:arm64=2.8.0-1
+  libxxhash-dev:arm64=0.8.1-1
+  libsimdjson14:arm64=3.0.1-1
+  libjpeg62-turbo-dev:arm64
+  libpng-dev:arm64
+  libwebp-dev:arm64
+  libexif-dev:arm64
 )
-# --- end of the kernels on 64-bit Arm -------------------------------------------
+# --- end of the runtime on 64-bit Arm -------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"

@@ -20,7 +20,7 @@ echo "== qnn-htp bundles of the tiny checkpoints (qhx_export --target qnn-htp; c
 bash scripts/qnn_bundles.sh build
 echo "== C++ tests (Release)"
 ctest --test-dir build --output-on-failure -j2
-echo "== CPU kernels on aarch64 (cross-built, run under qemu-aarch64)"
+echo "== the runtime on aarch64 (cross-built; kernel tests and qhx_export + qhx_generate under qemu-aarch64, against build/)"
 bash scripts/test_aarch64.sh
 
 echo "== build (ASan + UBSan)"

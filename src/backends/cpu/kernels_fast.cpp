@@ -660,6 +660,9 @@ void RopeRotateHalf(float* x, std::int64_t tokens, std::int64_t heads, std::int6
   }
 }
 
+// The target this copy was compiled for: what HWY_DYNAMIC_DISPATCH picked (fast_kernels_target).
+std::int64_t CompiledTarget() { return HWY_TARGET; }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace qhx::cpu::fast
 HWY_AFTER_NAMESPACE();
@@ -669,6 +672,7 @@ namespace qhx::cpu {
 namespace fast {
 
 HWY_EXPORT(LinearRows);
+HWY_EXPORT(CompiledTarget);
 HWY_EXPORT(PackKeysValues);
 HWY_EXPORT(BlockedAttentionFits);
 HWY_EXPORT(AttentionBlocks);
@@ -844,6 +848,8 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
   HWY_DYNAMIC_DISPATCH(RopeRotateHalf)(x, tokens, heads, dim, cos, sin);
 }
 
+std::int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(CompiledTarget)(); }
+
 }  // namespace fast
 
 const KernelSet& fast_kernels() {
@@ -853,6 +859,14 @@ const KernelSet& fast_kernels() {
                            fast::attention_i8, ref::gather_rows,
                            fast::pack};
   return k;
+}
+
+std::string_view fast_kernels_target() { return hwy::TargetName(fast::dispatched_target()); }
+
+std::vector<std::string_view> fast_kernels_targets() {
+  std::vector<std::string_view> out;
+  for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) out.push_back(hwy::TargetName(t));
+  return out;
 }
 
 const KernelSet& active_kernels() {

@@ -28,10 +28,19 @@
 //   gather_rows the reference function
 #pragma once
 
+#include <string_view>
+#include <vector>
+
 #include "backends/cpu/kernel_set.hpp"
 
 namespace qhx::cpu {
 
 const KernelSet& fast_kernels();
+
+// Highway's name for the SIMD target the fast kernels dispatch to on this CPU
+// ("AVX3", "AVX2", "NEON", ...), and every target this build has that the CPU
+// runs, best first (qhx_doctor reports them).
+std::string_view fast_kernels_target();
+std::vector<std::string_view> fast_kernels_targets();
 
 }  // namespace qhx::cpu

@@ -49,17 +49,6 @@ constexpr bool kEmulatedHtp = true;  // libQnnHtp.so on x86-64 is Qualcomm's HTP
 constexpr bool kEmulatedHtp = false;
 #endif
 
-// The SoC models a message is likeliest to meet (QNN's Qnn_SocModel_t numbering).
-std::string soc_label(std::uint32_t m) {
-  switch (m) {
-    case 43: return "SM8550, HTP v73";
-    case 57: return "SM8650, HTP v75";
-    case 69: return "SM8750, HTP v79";
-    case 87: return "SM8850, HTP v81";
-    default: return "see Qnn_SocModel_t";
-  }
-}
-
 DType stage_dtype(const std::string& graph, const TensorInfo& t) {
   switch (t.dtype) {
     case abi::DataType::Float16:

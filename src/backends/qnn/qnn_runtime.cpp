@@ -27,8 +27,10 @@ std::vector<std::filesystem::path> library_search_dirs() {
   std::vector<std::filesystem::path> dirs;
   if (const char* d = std::getenv("QHX_QNN_LIB_DIR"); d != nullptr && *d != '\0') return {d};
   if (const char* c = std::getenv("QHX_CACHE"); c != nullptr && *c != '\0') dirs.emplace_back(std::filesystem::path(c) / "qnn/lib");
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
-    dirs.emplace_back(std::filesystem::path(h) / ".cache/qhexrt/qnn/lib");
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    const auto home = std::filesystem::path(h) / ".cache/qhexrt/qnn/lib";
+    if (dirs.empty() || dirs.front() != home) dirs.push_back(home);  // QHX_CACHE is often ~/.cache/qhexrt
+  }
   dirs.emplace_back();  // the dynamic loader's search path
   return dirs;
 }
@@ -78,28 +80,45 @@ void request_libraries(const LibraryNames& names) {
   g_names = names;
 }
 
-std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>& search_dirs, const LibraryNames& names) {
+std::string soc_label(std::uint32_t m) {
+  switch (m) {
+    case 43: return "SM8550, HTP v73";
+    case 57: return "SM8650, HTP v75";
+    case 69: return "SM8750, HTP v79";
+    case 87: return "SM8850, HTP v81";
+    default: return "see Qnn_SocModel_t";
+  }
+}
+
+std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>& search_dirs, const LibraryNames& names,
+                                       std::vector<LoadAttempt>* attempts) {
   std::unique_ptr<Runtime> rt(new Runtime());
   std::string tried;
   const std::string htp_name = names.htp, system_name = names.system;
+  auto open = [&](const std::filesystem::path& p) -> void* {
+    void* h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+    std::string why;
+    if (h == nullptr) {
+      const char* e = dlerror();
+      why = e != nullptr ? e : "not loadable";
+      tried += cat("\n  ", p.string(), ": ", why);
+    }
+    rt->attempts_.push_back({p, why});
+    return h;
+  };
   // Named by path, a library is loaded from there and nowhere else.
   const std::vector<std::filesystem::path> one{std::filesystem::path()};
   const auto& dirs = is_path(htp_name) && is_path(system_name) ? one : search_dirs;
-  // Looked up by name, libQnnHtp.so and libQnnSystem.so must come from the same folder (the same QAIRT build).
+  // Looked up by name, libQnnHtp.so and libQnnSystem.so must come from the same folder (the
+  // same QAIRT build). Both are tried in every folder, so a report can say where each one is.
   for (const auto& dir : dirs) {
     const std::filesystem::path htp = dir.empty() || is_path(htp_name) ? std::filesystem::path(htp_name) : dir / htp_name;
     const std::filesystem::path sys = dir.empty() || is_path(system_name) ? std::filesystem::path(system_name) : dir / system_name;
-    void* h = dlopen(htp.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* e = dlerror();
-      tried += cat("\n  ", htp.string(), ": ", e != nullptr ? e : "not loadable");
-      continue;
-    }
-    void* s = dlopen(sys.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (s == nullptr) {
-      const char* e = dlerror();
-      tried += cat("\n  ", sys.string(), ": ", e != nullptr ? e : "not loadable");
-      dlclose(h);
+    void* h = open(htp);
+    void* s = open(sys);
+    if (h == nullptr || s == nullptr) {
+      if (h != nullptr) dlclose(h);
+      if (s != nullptr) dlclose(s);
       continue;
     }
     rt->htp_lib_ = h;
@@ -108,6 +127,7 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
     rt->system_path_ = sys;
     break;
   }
+  if (attempts != nullptr) *attempts = rt->attempts_;
   if (rt->htp_lib_ == nullptr)
     fail("qnn-htp: cannot load the QAIRT runtime libraries ", htp_name, " and ", system_name, "; tried:", tried,
          "\nSet QHX_QNN_LIB_DIR to the folder holding them (on x86-64: the onnxruntime_qnn folder of the pinned "
@@ -155,14 +175,45 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
 }
 
 Runtime& Runtime::get() {
+  std::vector<LoadAttempt> ignored;
+  return get(ignored);
+}
+
+Runtime& Runtime::get(std::vector<LoadAttempt>& attempts) {
   // Never destroyed: at exit the QAIRT libraries tear down their own state first
   // (their destructors were registered after this static's), so freeing the
   // backend then would read freed memory (AddressSanitizer caught it). The
   // backend lives as long as the process; the pointer keeps it reachable.
   std::lock_guard lock(g_runtime_mutex);
-  if (g_runtime == nullptr) g_runtime = load(library_search_dirs(), g_names).release();  // a failure is retried on the next call
+  if (g_runtime == nullptr) g_runtime = load(library_search_dirs(), g_names, &attempts).release();  // a failure is retried on the next call
+  attempts = g_runtime->attempts_;
   return *g_runtime;
 }
+
+namespace {
+
+// The file the loader mapped for `lib`, found through one of its symbols.
+std::filesystem::path loaded_file(void* lib, const char* symbol, const std::filesystem::path& fallback) {
+  Dl_info info{};
+  void* sym = lib != nullptr ? dlsym(lib, symbol) : nullptr;
+  if (sym != nullptr && dladdr(sym, &info) != 0 && info.dli_fname != nullptr && *info.dli_fname != '\0') {
+    std::error_code ec;
+    const auto p = std::filesystem::weakly_canonical(info.dli_fname, ec);
+    return ec ? std::filesystem::path(info.dli_fname) : p;
+  }
+  return fallback;
+}
+
+}  // namespace
+
+std::filesystem::path Runtime::htp_file() const { return loaded_file(htp_lib_, "QnnInterface_getProviders", htp_path_); }
+std::filesystem::path Runtime::system_file() const {
+  return loaded_file(system_lib_, "QnnSystemInterface_getProviders", system_path_);
+}
+std::string Runtime::provider_name() const {
+  return core_->provider_name != nullptr ? core_->provider_name : "";
+}
+abi::Version Runtime::system_api_version() const { return system_->system_api_version; }
 
 Runtime::~Runtime() {
   if (core_ != nullptr) {

@@ -53,6 +53,13 @@ struct LibraryNames {
 };
 void request_libraries(const LibraryNames& names);
 
+// One dlopen made while looking for the libraries: the path given to dlopen (a bare file
+// name for the loader's search path) and, when it was not loaded, why (dlerror's text).
+struct LoadAttempt {
+  std::filesystem::path path;
+  std::string error;  // empty: loaded
+};
+
 // The loaded libraries and the HTP backend (and device, where the backend has one). One per
 // process: QNN backends refuse to be initialised twice in a process.
 class Runtime {
@@ -60,11 +67,15 @@ class Runtime {
   // The process's runtime, loaded on first use from library_search_dirs(). Throws qhx::Error
   // naming every path tried and how to point QHexRT at the libraries.
   static Runtime& get();
+  // get(), telling where it looked: `attempts` receives the runtime's attempts() or, when
+  // loading fails (it throws as get() does), every path tried.
+  static Runtime& get(std::vector<LoadAttempt>& attempts);
   // Loads the libraries from `dirs` only (empty path = the loader's search path); throws as
-  // get() does. For tests of the error path; the runtime it returns must not be used when
-  // get() has loaded another copy.
+  // get() does, after writing every path tried to `*attempts` (if given). For tests of the
+  // error path; the runtime it returns must not be used when get() has loaded another copy.
   static std::unique_ptr<Runtime> load(const std::vector<std::filesystem::path>& dirs,
-                                       const LibraryNames& names = {});
+                                       const LibraryNames& names = {},
+                                       std::vector<LoadAttempt>* attempts = nullptr);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -73,6 +84,13 @@ class Runtime {
   const abi::SystemInterface& system() const { return *system_; }
   std::filesystem::path htp_path() const { return htp_path_; }
   std::filesystem::path system_path() const { return system_path_; }
+  // The files the loader mapped (resolved: where a bare name was found on the loader's path).
+  std::filesystem::path htp_file() const;
+  std::filesystem::path system_file() const;
+  // Every dlopen made by load(), in order, up to the pair that was used.
+  const std::vector<LoadAttempt>& attempts() const { return attempts_; }
+  std::string provider_name() const;            // of the core interface chosen
+  abi::Version system_api_version() const;      // of the System interface chosen
   std::string build_id() const;  // QnnBackend_getBuildId
   abi::ApiVersion api_version() const;
   abi::Handle backend() const { return backend_; }
@@ -88,6 +106,7 @@ class Runtime {
   void* htp_lib_ = nullptr;
   void* system_lib_ = nullptr;
   std::filesystem::path htp_path_, system_path_;
+  std::vector<LoadAttempt> attempts_;
   const abi::CoreInterface* core_ = nullptr;
   const abi::SystemInterface* system_ = nullptr;
   abi::Handle log_ = nullptr;
@@ -122,5 +141,7 @@ class Context {
 
 std::size_t dtype_bytes(abi::DataType dt);  // 0 for types the backend does not pass
 std::string dtype_label(abi::DataType dt);
+// "SM8750, HTP v79" for the Qnn_SocModel_t numbers a message is likeliest to meet.
+std::string soc_label(std::uint32_t soc_model);
 
 }  // namespace qhx::qnn
