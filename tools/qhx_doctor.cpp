@@ -170,17 +170,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    // The QAIRT libraries print a banner to stdout when they load; it goes to stderr, so
-    // stdout holds only the report (one JSON object with --json).
-    std::fflush(stdout);
-    const int saved = dup(STDOUT_FILENO);
-    if (saved >= 0) dup2(STDERR_FILENO, STDOUT_FILENO);
+    // (The QAIRT libraries' load banner goes to stderr: the runtime sends it there.)
     const qhx::DoctorReport r = qhx::diagnose(manifest);
-    std::fflush(stdout);
-    if (saved >= 0) {
-      dup2(saved, STDOUT_FILENO);
-      close(saved);
-    }
     if (json) std::printf("%s\n", to_json(r).dump(2).c_str());
     else print_text(r);
     std::fflush(stdout);

@@ -1,6 +1,7 @@
 #include "backends/qnn/qnn_runtime.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -90,8 +91,27 @@ std::string soc_label(std::uint32_t m) {
   }
 }
 
+// While the libraries load, stdout goes to stderr: they print a banner ("# LIBNATIVE: ...")
+// on stdout, where it would land in the middle of generated text or a tool's JSON.
+struct StdoutToStderr {
+  int saved = -1;
+  StdoutToStderr() {
+    std::fflush(stdout);
+    saved = dup(STDOUT_FILENO);
+    if (saved >= 0) dup2(STDERR_FILENO, STDOUT_FILENO);
+  }
+  ~StdoutToStderr() {
+    std::fflush(stdout);
+    if (saved >= 0) {
+      dup2(saved, STDOUT_FILENO);
+      close(saved);
+    }
+  }
+};
+
 std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>& search_dirs, const LibraryNames& names,
                                        std::vector<LoadAttempt>* attempts) {
+  const StdoutToStderr quiet;
   std::unique_ptr<Runtime> rt(new Runtime());
   std::string tried;
   const std::string htp_name = names.htp, system_name = names.system;
