@@ -228,6 +228,12 @@ def prepare_shared(models: list[tuple[str, onnx.ModelProto]], out_dir: Path, nam
     ep.share_ep_contexts=1 (the last also ep.stop_share_ep_contexts=1) and embed mode 0: ORT
     writes one .bin that every EP-context model names in its ep_cache_context attribute.
     The graphs must name their shared initializers identically.
+
+    [probed, ORT 1.32 + onnxruntime-qnn 2.7.0] The .bin lands next to the FIRST session's
+    EP-context model as `<its file name minus .onnx>_qnn.bin` (here `name.<graph>.ctx_qnn.bin`),
+    and every later EP-context model names that same file; it is renamed to `name`.bin here.
+    Graph names are each session's partition_name (`QNNExecutionProvider_QNNExecutionProvider_
+    <model hash>_1_0`), the same as a non-shared prepare of the same model gives.
     """
     import onnxruntime as ort
     graphs, seconds, cache = [], 0.0, None
