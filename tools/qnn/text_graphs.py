@@ -68,12 +68,18 @@ def _decoder_layer(b: Builder, w: Weights, dims: dict, layer: int, x: str, cos: 
                        f"{name}.swap", axis=2)                                    # cat(x2, x1)
         return b.op("Add", [b.op("Mul", [t, cos], f"{name}.c"), b.op("Mul", [swapped, sin_signed], f"{name}.s")], name)
 
+    def head_norm(t: str, heads: int, weight: np.ndarray, name: str) -> str:  # [1, AR, heads*D] -> [AR, heads, D]
+        # Normed as [1, AR*heads, D]: the HTP's RmsNorm on [AR, heads, D] returned wrong rows for
+        # few heads ([64, 2, 128], [16, 2, 128], [64, 8, 32]) in x86 emulation (QAIRT 2.51) [probed].
+        t = b.rms_norm(b.reshape(t, [1, ar * heads, D], f"{name}.flat"), weight, eps, name)
+        return b.reshape(t, [ar, heads, D], f"{name}.heads")
+
     h = b.rms_norm(x, w.vector(p + "input_layernorm.weight"), eps, p + "input_layernorm")   # [1, AR, H]
     # The softmax scale D^-0.5 is folded into q_norm's weight (RMSNorm and RoPE are linear in it).
-    q = b.rms_norm(b.reshape(lin(h, "self_attn.q_proj"), [ar, nh, D], f"l{layer}.q"),
-                   w.vector(p + "self_attn.q_norm.weight") * D ** -0.5, eps, p + "self_attn.q_norm")
-    k = b.rms_norm(b.reshape(lin(h, "self_attn.k_proj"), [ar, kv, D], f"l{layer}.k"),
-                   w.vector(p + "self_attn.k_norm.weight"), eps, p + "self_attn.k_norm")
+    q = head_norm(lin(h, "self_attn.q_proj"), nh, w.vector(p + "self_attn.q_norm.weight") * D ** -0.5,
+                  p + "self_attn.q_norm")                                         # [AR, nh, D]
+    k = head_norm(lin(h, "self_attn.k_proj"), kv, w.vector(p + "self_attn.k_norm.weight"),
+                  p + "self_attn.k_norm")                                         # [AR, kv, D]
     v = b.reshape(lin(h, "self_attn.v_proj"), [ar, kv, D], f"l{layer}.v")        # [AR, kv, D]
     q, k = rope(q, f"l{layer}.q_rope"), rope(k, f"l{layer}.k_rope")             # [AR, nh|kv, D]
 
