@@ -26,14 +26,16 @@ costs roughly 10x the weights in RAM and a device's process domain holds a few G
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
+import multiprocessing as mp
 import os
 import resource
+import struct
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import onnx
@@ -49,12 +51,6 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def log(what: str, meta: dict, t0: float) -> None:
-    print(f"{what}: {meta['file']} {meta['bytes'] / 1e6:.2f} MB, graphs {meta['graphs']}, prepare "
-          f"{meta['prepare_seconds']} s, step {time.perf_counter() - t0:.1f} s, peak RSS {peak_rss_mb():.0f} MB",
-          flush=True)
-
-
 def split_layers(n_layers: int, n_parts: int) -> list[tuple[int, int]]:
     """[l0, l1) per part, sizes differing by at most one (the larger ones first)."""
     bounds, l0 = [], 0
@@ -65,9 +61,17 @@ def split_layers(n_layers: int, n_parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def decoder_int8_bytes(w: Weights, n_layers: int) -> int:
-    return sum(a.size for n, a in w.t.items() if a.dtype.name == "int8" and n.startswith("model.language_model.layers.")
-               and int(n.split(".")[3]) < n_layers)
+def layer_of(name: str) -> int:
+    """The decoder layer of a tensor model.language_model.layers.<i>.*"""
+    return int(name.split(".")[3])
+
+
+def int8_layer_bytes(path: Path) -> int:
+    """Bytes of the int8 decoder matrices in a bundle file, from its safetensors header alone."""
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    return sum(m["data_offsets"][1] - m["data_offsets"][0] for n, m in header.items()
+               if n.startswith(tg.LAYER[:-3]) and m.get("dtype") == "I8")
 
 
 def find_file(bundle: Path, prefix: str, size: int) -> str:
@@ -78,6 +82,52 @@ def find_file(bundle: Path, prefix: str, size: int) -> str:
     if len(found) != 1:
         sys.exit(f"{bundle}: expected one {prefix}_*.bin, found {found}")
     return found[0]
+
+
+def step(job: dict) -> dict:
+    """One binary, built and prepared from the bundle: runs in a fresh child process (see main)."""
+    bundle, arch, soc, opt, work = Path(job["bundle"]), job["arch"], job["soc"], job["opt_mode"], Path(job["work"])
+    if job["kind"] == "vision":
+        from vision_graph import build_vision_model  # the vision builder, imported only when built
+        w = Weights(bundle, [job["file"]])
+        models = [("vision", build_vision_model(w, job["vision_cfg"], job["dims"]["H"], job["image_size"]))]
+    elif job["kind"] == "lm_head":
+        models = [("lm_head", tg.build_lm_head_model(Weights(bundle, [job["file"]])))]
+    else:  # a decoder part: "shared" (prefill + decode) or "twin" (job["role"] alone)
+        l0, l1 = job["layers"]
+        last = l1 == job["dims"]["L"]
+        w = Weights(bundle, [job["file"]], keep=lambda n: l0 <= (layer_of(n) if n.startswith(tg.LAYER[:-3]) else -1) < l1
+                    or (last and n == "model.language_model.norm.weight"))          # this part's tensors only
+        ar, cl, n_ds = job["prefill_chunk"], job["context"], job["n_ds"]
+        tag = job["tag"]
+        roles = ["prefill", "decode"] if job["kind"] == "shared" else [job["role"]]
+        models = [(r, tg.build_block_model(w, job["dims"], (l0, l1), ar if r == "prefill" else 1, cl,
+                                           n_ds if r == "prefill" and l0 == 0 else 0,
+                                           f"prefill_ar{ar}_cl{cl}{tag}" if r == "prefill" else f"decode_ar1_cl{cl}{tag}"))
+                  for r in roles]
+    if job["onnx_dir"]:
+        for role, m in models:
+            onnx.save(m, str(Path(job["onnx_dir"]) / f"{job['name'].replace('shared', role)}.onnx"))
+    if job["kind"] == "shared":
+        meta = prepare_shared(models, work, job["name"], arch, soc, opt)
+    else:
+        meta = prepare(models[0][1], work, job["name"], arch, soc, opt)
+    meta["int8_weight_bytes"] = int(models[0][1].metadata_props[0].value) if models[0][1].metadata_props else 0
+    meta["peak_rss_mb"] = round(peak_rss_mb())
+    return meta
+
+
+def run_step(job: dict) -> dict:
+    """step(job) in a fresh spawned process: a second weight-shared group in one process fails
+    ("Failed to pre-register input: inputs_embeds ... 7003", ORT 1.32 + QNN EP 2.7.0 [probed]), and
+    a child returns the memory a 2B part's preparation takes (its peak RSS is reported per binary)."""
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        meta = ex.submit(step, job).result()
+    os.replace(Path(job["work"]) / meta["file"], Path(job["out"]) / meta["file"])
+    print(f"{job['name']}: {meta['bytes'] / 1e6:.2f} MB, graphs {meta['graphs']}, prepare {meta['prepare_seconds']} s, "
+          f"step {time.perf_counter() - t0:.1f} s, peak RSS {meta['peak_rss_mb']} MB", flush=True)
+    return meta
 
 
 def entry(meta: dict) -> dict:
@@ -95,7 +145,8 @@ def main() -> None:
     ap.add_argument("--parts", type=int, default=0, help="decoder parts (default: ~1 per 400 MB of int8 weights)")
     ap.add_argument("--no-twins", action="store_true", help="skip the non-shared twins (emulation numerics)")
     ap.add_argument("--graphs", default="text,lm_head,vision", help="comma list of text, lm_head, vision")
-    ap.add_argument("--opt-mode", default="1", help="htp_graph_finalization_optimization_mode (3 for releases)")
+    ap.add_argument("--opt-mode", default="3", help="htp_graph_finalization_optimization_mode (1 fails to finalize "
+                    "MatMulNBits over ~5 Mi weights: QNN_COMMON_ERROR_MEM_ALLOC, QAIRT 2.51)")
     ap.add_argument("--keep-onnx", action="store_true", help="also save the .onnx graphs into --out/onnx")
     a = ap.parse_args()
 
@@ -123,22 +174,24 @@ def main() -> None:
         onnx_dir.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".prep_", dir=a.out))  # EP-context models while preparing (same disk)
 
-    def keep(model: onnx.ModelProto, name: str) -> None:
-        if onnx_dir:
-            onnx.save(model, str(onnx_dir / f"{name}.onnx"))
-
-    def place(meta: dict) -> dict:  # a prepared .bin from the work dir into --out
-        os.replace(work / meta["file"], a.out / meta["file"])
-        return meta
-
     desc = {"qhexrt_qnn_graphs": 1, "soc": a.soc, "htp_arch": int(arch), "soc_model": int(soc),
             "qairt": qnn_info.qnn_version, "onnxruntime_qnn": qnn_ep.__version__, "context_length": CL,
             "prefill_chunk": AR, "image_size": S}
-    int8_bytes, prepare_seconds = 0, 0.0
+    base = {"bundle": str(a.bundle), "out": str(a.out), "work": str(work), "arch": arch, "soc": soc,
+            "opt_mode": a.opt_mode, "onnx_dir": str(onnx_dir) if onnx_dir else None, "dims": dims,
+            "context": CL, "prefill_chunk": AR, "n_ds": n_ds, "image_size": S}
+    int8_bytes, prepare_seconds, peak = 0, 0.0, 0
+
+    def run(**job) -> dict:
+        nonlocal prepare_seconds, peak
+        meta = run_step(base | job)
+        prepare_seconds += meta["prepare_seconds"]
+        peak = max(peak, meta["peak_rss_mb"])
+        return meta
 
     if "text" in graphs:
-        w = Weights(a.bundle, [find_file(a.bundle, "llm_shared", S)])
-        layer_bytes = decoder_int8_bytes(w, dims["L"])
+        layer_file = find_file(a.bundle, "llm_shared", S)
+        layer_bytes = int8_layer_bytes(a.bundle / layer_file)
         n_parts = a.parts or max(1, math.ceil(layer_bytes / PART_BYTES))
         parts = split_layers(dims["L"], n_parts)
         if n_ds > parts[0][1]:
@@ -147,68 +200,36 @@ def main() -> None:
         desc["llm_parts"] = []
         for k, layers in enumerate(parts, 1):
             suffix = f"{S}" if n_parts == 1 else f"{S}_{k}_of_{n_parts}"
-            tag = "" if n_parts == 1 else f"_{k}_of_{n_parts}"
-            t0 = time.perf_counter()
-            pre = tg.build_block_model(w, dims, layers, AR, CL, n_ds if layers[0] == 0 else 0,
-                                       f"prefill_ar{AR}_cl{CL}{tag}")
-            dec = tg.build_block_model(w, dims, layers, 1, CL, 0, f"decode_ar1_cl{CL}{tag}")
-            keep(pre, f"llm_prefill_{suffix}")
-            keep(dec, f"llm_decode_{suffix}")
-            part_bytes = int(pre.metadata_props[0].value)
-            int8_bytes += part_bytes
-            shared = place(prepare_shared([("prefill", pre), ("decode", dec)], work, f"llm_shared_{suffix}",
-                                          arch, soc, a.opt_mode))
-            prepare_seconds += shared["prepare_seconds"]
-            log(f"part {k}/{n_parts} layers {layers} shared", shared, t0)
-            part = {"layers": list(layers), "int8_weight_bytes": part_bytes,
+            part_job = {"file": layer_file, "layers": layers, "tag": "" if n_parts == 1 else f"_{k}_of_{n_parts}"}
+            shared = run(kind="shared", name=f"llm_shared_{suffix}", **part_job)
+            int8_bytes += shared["int8_weight_bytes"]
+            part = {"layers": list(layers), "int8_weight_bytes": shared["int8_weight_bytes"],
                     "shared": {"file": shared["file"], "bytes": shared["bytes"], "sha256": shared["sha256"],
                                "graphs": {"prefill": shared["graphs"][0], "decode": shared["graphs"][1]}}}
             if not a.no_twins:
-                part["twins"] = {}
-                for role, model in (("prefill", pre), ("decode", dec)):
-                    t0 = time.perf_counter()
-                    twin = place(prepare(model, work, f"llm_{role}_{suffix}", arch, soc, a.opt_mode))
-                    prepare_seconds += twin["prepare_seconds"]
-                    log(f"part {k}/{n_parts} {role} twin", twin, t0)
-                    part["twins"][role] = entry(twin)
+                part["twins"] = {role: entry(run(kind="twin", role=role, name=f"llm_{role}_{suffix}", **part_job))
+                                 for role in ("prefill", "decode")}
             desc["llm_parts"].append(part)
-            del pre, dec
-            gc.collect()
-        del w
-        gc.collect()
 
     if "lm_head" in graphs:
-        t0 = time.perf_counter()
-        model = tg.build_lm_head_model(Weights(a.bundle, ["lmhead_wqo.bin"]))
-        keep(model, "lmhead_wqo")
-        int8_bytes += int(model.metadata_props[0].value)
-        meta = place(prepare(model, work, "lmhead_wqo", arch, soc, a.opt_mode))
-        prepare_seconds += meta["prepare_seconds"]
-        log("lm_head", meta, t0)
+        meta = run(kind="lm_head", name="lmhead_wqo", file="lmhead_wqo.bin")
+        int8_bytes += meta["int8_weight_bytes"]
         desc["lm_head"] = entry(meta)
-        del model
-        gc.collect()
 
     if "vision" in graphs:
-        from vision_graph import build_vision_model  # the vision builder, imported only when built
-        t0 = time.perf_counter()
-        model = build_vision_model(Weights(a.bundle, [find_file(a.bundle, "vis_native", S)]),
-                                   cfg["vision_config"], dims["H"], S)
-        keep(model, f"vis_native_{S}")
-        meta = place(prepare(model, work, f"vis_native_{S}", arch, soc, a.opt_mode))
-        prepare_seconds += meta["prepare_seconds"]
-        log("vision", meta, t0)
-        desc["vision"] = entry(meta)
+        desc["vision"] = entry(run(kind="vision", name=f"vis_native_{S}", file=find_file(a.bundle, "vis_native", S),
+                                   vision_cfg=cfg["vision_config"]))
 
     desc["int8_weight_bytes"] = int8_bytes        # matrices of the text graphs built (decoder + lm-head)
     desc["fp16_weight_bytes"] = 2 * int8_bytes    # the same matrices as fp16
     desc["prepare_seconds"] = round(prepare_seconds, 3)
-    desc["peak_rss_mb"] = round(peak_rss_mb())
+    desc["peak_rss_mb"] = peak  # the largest child's (one binary's build and preparation)
     tmp = a.out / "qnn_graphs.json.tmp"
     tmp.write_text(json.dumps(desc, indent=1) + "\n")
     os.replace(tmp, a.out / "qnn_graphs.json")
     os.rmdir(work)
-    print(f"wrote {a.out / 'qnn_graphs.json'}: prepare {prepare_seconds:.1f} s, peak RSS {peak_rss_mb():.0f} MB")
+    print(f"wrote {a.out / 'qnn_graphs.json'}: prepare {prepare_seconds:.1f} s, peak RSS {peak} MB (one binary), "
+          f"driver {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

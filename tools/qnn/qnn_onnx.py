@@ -36,15 +36,16 @@ SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "
 _DT = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8}
 
 
-def read_bundle_file(path: Path) -> dict[str, np.ndarray]:
-    """All tensors of a bundle .bin (a safetensors file), padding entries left out."""
+def read_bundle_file(path: Path, keep=None) -> dict[str, np.ndarray]:
+    """All tensors of a bundle .bin (a safetensors file), padding entries left out; with
+    keep(name) -> bool only those it keeps (a part of a large bundle)."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         base = 8 + n
         out = {}
         for name, meta in header.items():
-            if name == "__metadata__" or name.startswith("__pad."):
+            if name == "__metadata__" or name.startswith("__pad.") or (keep and not keep(name)):
                 continue
             a, b = meta["data_offsets"]
             f.seek(base + a)
@@ -61,10 +62,10 @@ def read_bundle_file(path: Path) -> dict[str, np.ndarray]:
 class Weights:
     """A bundle's tensors by Hugging Face name: w8 matrices as (q int8 [N, K], scale f32 [N])."""
 
-    def __init__(self, bundle: Path, files: list[str]):
+    def __init__(self, bundle: Path, files: list[str], keep=None):
         self.t: dict[str, np.ndarray] = {}
         for f in files:
-            self.t.update(read_bundle_file(bundle / f))
+            self.t.update(read_bundle_file(bundle / f, keep))
 
     def matrix(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         q = self.t[name]
