@@ -145,8 +145,8 @@ def main() -> None:
     ap.add_argument("--parts", type=int, default=0, help="decoder parts (default: ~1 per 400 MB of int8 weights)")
     ap.add_argument("--no-twins", action="store_true", help="skip the non-shared twins (emulation numerics)")
     ap.add_argument("--graphs", default="text,lm_head,vision", help="comma list of text, lm_head, vision")
-    ap.add_argument("--opt-mode", default="3", help="htp_graph_finalization_optimization_mode (1 fails to finalize "
-                    "MatMulNBits over ~5 Mi weights: QNN_COMMON_ERROR_MEM_ALLOC, QAIRT 2.51)")
+    ap.add_argument("--opt-mode", default="1", help="htp_graph_finalization_optimization_mode (3 for releases; "
+                    "large matrices are split per node: qnn_onnx.Builder.linear_w8)")
     ap.add_argument("--keep-onnx", action="store_true", help="also save the .onnx graphs into --out/onnx")
     a = ap.parse_args()
 

@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 F16 = TensorProto.FLOAT16
 OPSET = 23          # RMSNormalization, LayerNormalization (one HTP op each)
 MS_DOMAIN = "com.microsoft"
+MAX_NODE_WEIGHTS = 1 << 22  # int8 weights per MatMulNBits node (see Builder.linear_w8)
 SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "87")}  # soc -> (htp_arch, soc_model)
 
 
@@ -114,10 +115,21 @@ class Builder:
         self.nodes.append(helper.make_node("Identity", [tensor], [name]))
 
     def linear_w8(self, x: str, q: np.ndarray, scale: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
-        """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits."""
+        """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits.
+
+        A matrix over MAX_NODE_WEIGHTS is split by rows into MatMulNBits nodes concatenated along
+        N (initializers `name.<i>.q`): with finalization mode 1 one node over ~5 Mi weights fails
+        (QNN_COMMON_ERROR_MEM_ALLOC, e.g. 6144x2048 or 151936x96; modes 0/2/3 pass but took ~15x
+        longer on a lm-head) [probed, QAIRT 2.51]."""
         N, K = q.shape
         if K % 4 != 0:
             sys.exit(f"{name}: K = {K} is not a multiple of 4 (MatMulNBits' block size must be)")
+        pieces = -(-N * K // MAX_NODE_WEIGHTS)
+        if pieces > 1:
+            rows = -(-N // pieces)
+            ys = [self.linear_w8(x, q[r:r + rows], scale[r:r + rows], f"{name}.{r // rows}",
+                                 None if bias is None else bias[r:r + rows]) for r in range(0, N, rows)]
+            return self.op("Concat", ys, name, axis=-1)
         packed = (q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
         ins = [x, self.const(f"{name}.q", packed), self.f16(scale, f"{name}.scale")]
         if bias is not None:
