@@ -3,7 +3,7 @@
 
     make_qnn_bundle.py --bundle CPU_W8_BUNDLE --out DIR --soc SM8750|SM8650|SM8850 --context CL
                        --prefill-chunk AR --image-size S [--parts N] [--no-twins]
-                       [--graphs text,lm_head,vision] [--opt-mode 1] [--keep-onnx]
+                       [--graphs text,lm_head,vision] [--opt-mode 3] [--keep-onnx]
 
 Run with the QNN venv ($QHX_CACHE/qnn/venv). The binaries hold the bundle's own int8 weights
 (MatMulNBits, fp16 activations), so the HTP and the CPU backend compute with the same matrices.
@@ -145,8 +145,8 @@ def main() -> None:
     ap.add_argument("--parts", type=int, default=0, help="decoder parts (default: ~1 per 400 MB of int8 weights)")
     ap.add_argument("--no-twins", action="store_true", help="skip the non-shared twins (emulation numerics)")
     ap.add_argument("--graphs", default="text,lm_head,vision", help="comma list of text, lm_head, vision")
-    ap.add_argument("--opt-mode", default="1", help="htp_graph_finalization_optimization_mode (3 for releases; "
-                    "large matrices are split per node: qnn_onnx.Builder.linear_w8)")
+    ap.add_argument("--opt-mode", default="3", help="htp_graph_finalization_optimization_mode (default 3: mode 1 "
+                    "fails to finalize many MatMulNBits shapes with QNN_COMMON_ERROR_MEM_ALLOC, QAIRT 2.51)")
     ap.add_argument("--keep-onnx", action="store_true", help="also save the .onnx graphs into --out/onnx")
     a = ap.parse_args()
 

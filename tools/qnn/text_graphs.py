@@ -137,8 +137,21 @@ def build_block_model(w: Weights, dims: dict, layers: tuple[int, int], ar: int, 
     b.output(new_v[0] if lp == 1 else b.op("Concat", new_v, "new_v", axis=1), "new_value")
     inputs, outputs = block_io(dims, layers, ar, cl, n_ds)
     model = b.model(name, inputs, outputs)
+    _prefix_intermediates(model, f"{name}/")
     model.metadata_props.add(key="int8_weight_bytes", value=str(b.weight_bytes))
     return model
+
+
+def _prefix_intermediates(model: onnx.ModelProto, prefix: str) -> None:
+    """Gives the graph's intermediate tensors names of their own. Two graphs of one shared context
+    with equal intermediate names (a 1-layer part's prefill and decode) failed to compose:
+    "Failed to pre-register input: inputs_embeds ... error code: 7003" [probed, QNN EP 2.7.0].
+    Graph inputs, outputs and initializers (the shared weights) keep their names."""
+    g = model.graph
+    fixed = {v.name for v in g.input} | {v.name for v in g.output} | {t.name for t in g.initializer} | {""}
+    for node in g.node:
+        node.input[:] = [t if t in fixed else prefix + t for t in node.input]
+        node.output[:] = [t if t in fixed else prefix + t for t in node.output]
 
 
 def build_lm_head_model(w: Weights, name: str = "lm_head") -> onnx.ModelProto:
