@@ -117,18 +117,19 @@ class Builder:
     def linear_w8(self, x: str, q: np.ndarray, scale: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
         """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits.
 
-        A matrix over MAX_NODE_WEIGHTS is split by rows into MatMulNBits nodes concatenated along
-        N (initializers `name.<i>.q`): finalization mode 3 prepares a 151936x96 lm-head in 4
-        pieces in 2.9 s, whole in 21 s [probed, QAIRT 2.51]. (Mode 1 fails on many shapes with
-        QNN_COMMON_ERROR_MEM_ALLOC, whole or split: 6144x2048, 2048x2048 pieces, 50688x64.)"""
+        A matrix over MAX_NODE_WEIGHTS is split by rows into a power-of-two number of
+        MatMulNBits nodes concatenated along N (initializers `name.<i>.q`): finalization mode 3
+        prepares a 151936x96 lm-head in 4 pieces in 2.9 s, whole in 21 s. Exactly 3 pieces failed
+        to finalize every time (QNN_COMMON_ERROR_MEM_ALLOC: 6144x2048, 2048x6144, 151936x64;
+        2, 4, 5, 6, 8, 16 passed), and mode 1 fails on many shapes whole or split [probed, QAIRT 2.51]."""
         N, K = q.shape
         if K % 4 != 0:
             sys.exit(f"{name}: K = {K} is not a multiple of 4 (MatMulNBits' block size must be)")
-        pieces = -(-N * K // MAX_NODE_WEIGHTS)
+        pieces = 1 << max(0, -(-N * K // MAX_NODE_WEIGHTS) - 1).bit_length()   # next power of two
         if pieces > 1:
-            rows = -(-N // pieces)
-            ys = [self.linear_w8(x, q[r:r + rows], scale[r:r + rows], f"{name}.{r // rows}",
-                                 None if bias is None else bias[r:r + rows]) for r in range(0, N, rows)]
+            cut = [N * i // pieces for i in range(pieces + 1)]        # exactly `pieces` row ranges
+            ys = [self.linear_w8(x, q[a:b], scale[a:b], f"{name}.{i}", None if bias is None else bias[a:b])
+                  for i, (a, b) in enumerate(zip(cut, cut[1:]))]
             return self.op("Concat", ys, name, axis=-1)
         packed = (q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
         ins = [x, self.const(f"{name}.q", packed), self.f16(scale, f"{name}.scale")]
