@@ -2,7 +2,11 @@
 """Checks what make_qnn_bundle.py wrote for the text side, in x86 HTP emulation; exits non-zero
 on failure and prints the figures.
 
-    check_text_graphs.py --bundle CPU_W8_BUNDLE --graphs QNN_DIR [--seed 0]
+    check_text_graphs.py --bundle CPU_W8_BUNDLE --graphs QNN_DIR [--seed 0] [--load-only]
+
+--load-only (for the 2B, whose graphs take hours to execute in emulation): the sharing and
+storage checks, then each twin and the lm-head is loaded (QnnContext_createFromBinary through
+the EP), not executed.
 
 Run with the QNN venv. The x86 emulator refuses weight-shared multi-graph binaries, so the
 numerics run the non-shared twins (the same ONNX graphs prepared alone) and the shared binaries
@@ -236,11 +240,36 @@ def check_sharing(desc: dict, gdir: Path, failures: list) -> None:
         print(line)
 
 
+def load_only(desc: dict, gdir: Path, dims: dict, n_ds: int, failures: list) -> None:
+    import resource
+    cl, ar = desc["context_length"], desc["prefill_chunk"]
+    todo = []
+    for part in desc.get("llm_parts", []):
+        layers = tuple(part["layers"])
+        for role, twin in part.get("twins", {}).items():
+            io = tg.block_io(dims, layers, ar if role == "prefill" else 1, cl,
+                             n_ds if role == "prefill" and layers[0] == 0 else 0)
+            todo.append((twin, io))
+    if "lm_head" in desc:
+        todo.append((desc["lm_head"], ([("x", [1, dims["H"]])], [("y", [1, desc["lm_head"]["vocab"]])])))
+    for meta, io in todo:
+        t0 = time.perf_counter()
+        try:
+            sess = session(gdir / meta["file"], meta["graph"], *io)
+            del sess
+            print(f"  load {meta['file']} ({meta['bytes'] / 1e6:.1f} MB): {time.perf_counter() - t0:.1f} s, "
+                  f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB", flush=True)
+        except Exception as e:  # noqa: BLE001 - report and go on to the next binary
+            print(f"  load {meta['file']}: FAILED {type(e).__name__}: {e}", flush=True)
+            failures.append(f"load {meta['file']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", required=True, type=Path)
     ap.add_argument("--graphs", required=True, type=Path, help="the directory make_qnn_bundle.py wrote")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--load-only", action="store_true", help="create each twin's and the lm-head's context, no execution")
     a = ap.parse_args()
     t_start = time.perf_counter()
     desc = json.loads((a.graphs / "qnn_graphs.json").read_text())
@@ -250,6 +279,15 @@ def main() -> None:
     rng = np.random.default_rng(a.seed)
     failures: list[str] = []
     hidden = None
+    if a.load_only:
+        if "llm_parts" in desc:
+            check_sharing(desc, a.graphs, failures)
+        if "lm_head" in desc:
+            desc["lm_head"]["vocab"] = read_bundle_file(a.bundle / "lmhead_wqo.bin", lambda n: n.endswith(".scale"))[
+                "lm_head.weight.scale"].shape[0]                                    # V, without reading W
+        load_only(desc, a.graphs, dims, n_ds, failures)
+        print(f"loaded in {time.perf_counter() - t_start:.1f} s: " + ("FAILED " + ", ".join(failures) if failures else "all ok"))
+        sys.exit(1 if failures else 0)
     if "llm_parts" in desc:
         layer_file = next(a.bundle.glob("llm_shared_*.bin"))
         ref = Reference(Weights(a.bundle, [layer_file.name]), dims)

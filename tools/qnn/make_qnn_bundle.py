@@ -26,6 +26,7 @@ costs roughly 10x the weights in RAM and a device's process domain holds a few G
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import multiprocessing as mp
@@ -158,6 +159,8 @@ def main() -> None:
         sys.exit(f"--graphs: unknown {sorted(graphs - {'text', 'lm_head', 'vision'})}")
     if a.out.resolve() == a.bundle.resolve():
         sys.exit("--out must differ from --bundle (both hold an lmhead_wqo.bin)")
+    if "vision" in graphs and importlib.util.find_spec("vision_graph") is None:
+        sys.exit("--graphs vision needs tools/qnn/vision_graph.py (build_vision_model); not found")
     AR, CL, S = a.prefill_chunk, a.context, a.image_size
     if not 1 <= AR < CL:
         sys.exit(f"--prefill-chunk {AR} must be in [1, --context {CL})")
