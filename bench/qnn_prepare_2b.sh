@@ -28,9 +28,9 @@ uptime
 rm -rf "$OUT"
 mkdir -p "$(dirname "$OUT")"
 /usr/bin/time -v -o "$OUT.time.log" "$PY" "$ROOT/tools/qnn/make_qnn_bundle.py" --bundle "$BUNDLE" --out "$OUT" \
-    --soc SM8750 --context "$CL" --prefill-chunk "$AR" --image-size "$S" --graphs "$GRAPHS" 2>&1 | grep -v LIBNATIVE
+    --soc SM8750 --context "$CL" --prefill-chunk "$AR" --image-size "$S" --graphs "$GRAPHS" 2>&1 | grep --line-buffered -v LIBNATIVE
 grep -E "Elapsed|Maximum resident" "$OUT.time.log" || true
 ls -l "$OUT"
 "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print('int8 weight bytes', d['int8_weight_bytes'], \
 'fp16', d['fp16_weight_bytes'], 'prepare s', d['prepare_seconds'], 'peak RSS MB (one binary)', d['peak_rss_mb'])" "$OUT/qnn_graphs.json"
-"$PY" "$ROOT/tools/qnn/check_text_graphs.py" --bundle "$BUNDLE" --graphs "$OUT" --load-only 2>&1 | grep -v LIBNATIVE
+"$PY" "$ROOT/tools/qnn/check_text_graphs.py" --bundle "$BUNDLE" --graphs "$OUT" --load-only 2>&1 | grep --line-buffered -v LIBNATIVE

@@ -270,6 +270,7 @@ def main() -> None:
     ap.add_argument("--graphs", required=True, type=Path, help="the directory make_qnn_bundle.py wrote")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--load-only", action="store_true", help="create each twin's and the lm-head's context, no execution")
+    ap.add_argument("--roles", default="prefill,decode", help="block graphs to execute (decode alone for the 2B)")
     a = ap.parse_args()
     t_start = time.perf_counter()
     desc = json.loads((a.graphs / "qnn_graphs.json").read_text())
@@ -295,8 +296,12 @@ def main() -> None:
         ref.embed = read_bundle_file(embed_file)["model.language_model.embed_tokens.weight"].astype(np.float32)
         check_sharing(desc, a.graphs, failures)
         if all("twins" in p for p in desc["llm_parts"]):
-            hidden = check_block("prefill", desc["prefill_chunk"], desc, ref, cfg, n_ds, a.graphs, rng, failures)
-            check_block("decode", 1, desc, ref, cfg, n_ds, a.graphs, rng, failures)
+            roles = a.roles.split(",")
+            if "prefill" in roles:
+                hidden = check_block("prefill", desc["prefill_chunk"], desc, ref, cfg, n_ds, a.graphs, rng, failures)
+            if "decode" in roles:
+                hidden_dec = check_block("decode", 1, desc, ref, cfg, n_ds, a.graphs, rng, failures)
+                hidden = hidden if hidden is not None else hidden_dec
         else:
             print("no twins: numerics not checked")
             failures.append("no twins")

@@ -119,9 +119,9 @@ def step(job: dict) -> dict:
 
 
 def run_step(job: dict) -> dict:
-    """step(job) in a fresh spawned process: a second weight-shared group in one process fails
-    ("Failed to pre-register input: inputs_embeds ... 7003", ORT 1.32 + QNN EP 2.7.0 [probed]), and
-    a child returns the memory a 2B part's preparation takes (its peak RSS is reported per binary)."""
+    """step(job) in a fresh spawned process: the memory a 2B part's preparation takes (~5.5 GB for a
+    shared part) goes back to the OS after each binary, its peak RSS is measured per binary, and no
+    QNN EP state (shared contexts) carries over from one binary to the next."""
     t0 = time.perf_counter()
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
         meta = ex.submit(step, job).result()
