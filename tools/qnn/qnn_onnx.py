@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 F16 = TensorProto.FLOAT16
 OPSET = 23          # RMSNormalization, LayerNormalization (one HTP op each)
 MS_DOMAIN = "com.microsoft"
+MAX_NODE_WEIGHTS = 1 << 22  # int8 weights per MatMulNBits node (see Builder.linear_w8)
 SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "87")}  # soc -> (htp_arch, soc_model)
 
 
@@ -36,15 +37,16 @@ SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "
 _DT = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8}
 
 
-def read_bundle_file(path: Path) -> dict[str, np.ndarray]:
-    """All tensors of a bundle .bin (a safetensors file), padding entries left out."""
+def read_bundle_file(path: Path, keep=None) -> dict[str, np.ndarray]:
+    """All tensors of a bundle .bin (a safetensors file), padding entries left out; with
+    keep(name) -> bool only those it keeps (a part of a large bundle)."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         base = 8 + n
         out = {}
         for name, meta in header.items():
-            if name == "__metadata__" or name.startswith("__pad."):
+            if name == "__metadata__" or name.startswith("__pad.") or (keep and not keep(name)):
                 continue
             a, b = meta["data_offsets"]
             f.seek(base + a)
@@ -61,10 +63,10 @@ def read_bundle_file(path: Path) -> dict[str, np.ndarray]:
 class Weights:
     """A bundle's tensors by Hugging Face name: w8 matrices as (q int8 [N, K], scale f32 [N])."""
 
-    def __init__(self, bundle: Path, files: list[str]):
+    def __init__(self, bundle: Path, files: list[str], keep=None):
         self.t: dict[str, np.ndarray] = {}
         for f in files:
-            self.t.update(read_bundle_file(bundle / f))
+            self.t.update(read_bundle_file(bundle / f, keep))
 
     def matrix(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         q = self.t[name]
@@ -113,10 +115,22 @@ class Builder:
         self.nodes.append(helper.make_node("Identity", [tensor], [name]))
 
     def linear_w8(self, x: str, q: np.ndarray, scale: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
-        """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits."""
+        """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits.
+
+        A matrix over MAX_NODE_WEIGHTS is split by rows into a power-of-two number of
+        MatMulNBits nodes concatenated along N (initializers `name.<i>.q`): finalization mode 3
+        prepares a 151936x96 lm-head in 4 pieces in 2.9 s, whole in 21 s. Exactly 3 pieces failed
+        to finalize every time (QNN_COMMON_ERROR_MEM_ALLOC: 6144x2048, 2048x6144, 151936x64;
+        2, 4, 5, 6, 8, 16 passed), and mode 1 fails on many shapes whole or split [probed, QAIRT 2.51]."""
         N, K = q.shape
         if K % 4 != 0:
             sys.exit(f"{name}: K = {K} is not a multiple of 4 (MatMulNBits' block size must be)")
+        pieces = 1 << max(0, -(-N * K // MAX_NODE_WEIGHTS) - 1).bit_length()   # next power of two
+        if pieces > 1:
+            cut = [N * i // pieces for i in range(pieces + 1)]        # exactly `pieces` row ranges
+            ys = [self.linear_w8(x, q[a:b], scale[a:b], f"{name}.{i}", None if bias is None else bias[a:b])
+                  for i, (a, b) in enumerate(zip(cut, cut[1:]))]
+            return self.op("Concat", ys, name, axis=-1)
         packed = (q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
         ins = [x, self.const(f"{name}.q", packed), self.f16(scale, f"{name}.scale")]
         self.weight_bytes += N * K
@@ -230,6 +244,12 @@ def prepare_shared(models: list[tuple[str, onnx.ModelProto]], out_dir: Path, nam
     ep.share_ep_contexts=1 (the last also ep.stop_share_ep_contexts=1) and embed mode 0: ORT
     writes one .bin that every EP-context model names in its ep_cache_context attribute.
     The graphs must name their shared initializers identically.
+
+    [probed, ORT 1.32 + onnxruntime-qnn 2.7.0] The .bin lands next to the FIRST session's
+    EP-context model as `<its file name minus .onnx>_qnn.bin` (here `name.<graph>.ctx_qnn.bin`),
+    and every later EP-context model names that same file; it is renamed to `name`.bin here.
+    Graph names are each session's partition_name (`QNNExecutionProvider_QNNExecutionProvider_
+    <model hash>_1_0`), the same as a non-shared prepare of the same model gives.
     """
     import onnxruntime as ort
     graphs, seconds, cache = [], 0.0, None
