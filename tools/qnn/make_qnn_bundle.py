@@ -103,7 +103,7 @@ def step(job: dict) -> dict:
         tag = job["tag"]
         roles = ["prefill", "decode"] if job["kind"] == "shared" else [job["role"]]
         models = [(r, tg.build_block_model(w, job["dims"], (l0, l1), ar if r == "prefill" else 1, cl,
-                                           n_ds if r == "prefill" and l0 == 0 else 0,
+                                           n_ds if r == "prefill" and l0 < n_ds else 0,
                                            f"prefill_ar{ar}_cl{cl}{tag}" if r == "prefill" else f"decode_ar1_cl{cl}{tag}"))
                   for r in roles]
     if job["onnx_dir"]:
@@ -197,8 +197,6 @@ def main() -> None:
         layer_bytes = int8_layer_bytes(a.bundle / layer_file)
         n_parts = a.parts or max(1, math.ceil(layer_bytes / PART_BYTES))
         parts = split_layers(dims["L"], n_parts)
-        if n_ds > parts[0][1]:
-            sys.exit(f"deepstack adds after layers 0..{n_ds - 1}: the first part must hold them, has {parts[0]}")
         print(f"decoder: {dims['L']} layers, {layer_bytes / 1e6:.1f} MB int8, {n_parts} part(s) {parts}", flush=True)
         desc["llm_parts"] = []
         for k, layers in enumerate(parts, 1):

@@ -11,8 +11,8 @@ the M-RoPE cos/sin tables and scatters DeepStack features. The graph is a pure f
                                               0..CL-AR-1 the past, the last AR the block itself
              rope_cos, rope_sin [AR, D/2]     rotate-half tables (the rotation uses cat(t, t))
              past_key, past_value [CL-AR, Lp, kv, D]   keys post-norm post-rope
-             deepstack [n_ds, AR, H]          prefill graph of the part holding layer 0 only:
-                                              added to the residual right after layer i < n_ds
+             deepstack [n_ds, AR, H]          prefill graphs of the parts holding a layer i < n_ds:
+                                              deepstack[i] added to the residual right after layer i
     outputs  hidden [AR, H]                   final-normed in the last part, else the raw residual
              new_key, new_value [AR, Lp, kv, D]
 
@@ -110,11 +110,12 @@ def build_block_model(w: Weights, dims: dict, layers: tuple[int, int], ar: int, 
                       name: str) -> onnx.ModelProto:
     """The block graph of layers [l0, l1) over AR tokens, context CL (see the module docstring).
 
-    n_ds > 0 only for the prefill graph of the part holding layer 0 (needs n_ds <= l1)."""
+    n_ds > 0 only for the prefill graphs of parts holding a layer below n_ds (each takes the
+    whole [n_ds, AR, H] and adds the entries of its own layers)."""
     l0, l1 = layers
     H, kv, D, lp = dims["H"], dims["kv"], dims["D"], l1 - l0
-    if n_ds and (l0 != 0 or n_ds > lp):
-        raise ValueError(f"deepstack ({n_ds} layers) must lie within the first part, layers {layers}")
+    if n_ds and l0 >= n_ds:
+        raise ValueError(f"deepstack ({n_ds} layers) given to a part of layers {layers}, past them")
     b = Builder()
     x = b.reshape("inputs_embeds", [1, ar, H], "x0")                                     # [1, AR, H]
     cos = b.reshape(b.op("Concat", ["rope_cos", "rope_cos"], "cos_full", axis=-1), [ar, 1, D], "cos")
