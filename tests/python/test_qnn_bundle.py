@@ -239,3 +239,38 @@ def test_a_session_on_the_htp_reuses_its_cache_and_follows_the_cpu(cpu_bundles, 
     assert qnn[0]["cached_tokens"] == 0
     assert qnn[1]["cached_tokens"] >= len(qnn[0]["prompt_tokens"])
     assert qnn[1]["cached_tokens"] == cpu[1]["cached_tokens"]
+
+
+# --- the generators' own checks (tools/qnn/check_*.py, in the QNN venv) -------------------------
+# Finer than the end-to-end comparison: on tiny random checkpoints a wrong rope in the vision
+# graph still gives features of cosine 0.99999, so the vision check compares each block's update
+# against the CPU's, and the text check runs each decoder part against a numpy fp32 reference.
+
+def qnn_python() -> Path:
+    p = cache_dir() / "qnn" / "venv" / "bin" / "python"
+    if not p.is_file():
+        pytest.fail(f"{p} missing: run scripts/setup_qnn.sh")
+    return p
+
+
+@pytest.mark.parametrize("cfg", ["tiny_a", "tiny_b"])
+def test_text_graphs_match_a_numpy_reference(cfg, cpu_bundles):
+    p = subprocess.run([str(qnn_python()), str(REPO_ROOT / "tools/qnn/check_text_graphs.py"),
+                        "--bundle", str(cpu_bundles[cfg]), "--graphs", str(qnn_bundle(cfg))],
+                       capture_output=True, timeout=900, check=False)
+    out = p.stdout.decode(errors="replace")
+    print(out)
+    assert p.returncode == 0, out[-3000:] + p.stderr.decode(errors="replace")[-3000:]
+
+
+@pytest.mark.parametrize("cfg", ["tiny_a", "tiny_b"])
+def test_vision_graph_blocks_match_the_cpu(cfg, cpu_bundles, tmp_path):
+    dump = tmp_path / "dump"
+    run(["-m", str(cpu_bundles[cfg] / "vlm-f32.json"), "-p", PROMPTS["vlm"], "--image", str(IMAGE), "-n", "1",
+         "--temp", "0", "--dump-dir", str(dump)])
+    p = subprocess.run([str(qnn_python()), str(REPO_ROOT / "tools/qnn/check_vision_graph.py"),
+                        "--bundle", str(cpu_bundles[cfg]), "--dump", str(dump), "--binary-dir", str(tmp_path / "bin")],
+                       capture_output=True, timeout=900, check=False)
+    out = p.stdout.decode(errors="replace")
+    print(out)
+    assert p.returncode == 0, out[-3000:] + p.stderr.decode(errors="replace")[-3000:]

@@ -188,7 +188,7 @@ def check_block(role: str, ar: int, desc: dict, ref: Reference, cfg: dict, n_ds:
     print(f"{role} (AR={ar}, CL={cl}: {valid_past} valid past rows, {valid_block} valid block rows)")
     for k, part in enumerate(desc["llm_parts"]):
         layers = tuple(part["layers"])
-        ds = n_ds if role == "prefill" and layers[0] == 0 else 0
+        ds = n_ds if role == "prefill" and layers[0] < n_ds else 0  # parts holding a DeepStack layer
         past_k, past_v = make_past(ref, layers, past_rows, valid_past, rng, theta)
         twin = part["twins"][role]
         inputs, outputs = tg.block_io(d, layers, ar, cl, ds)
