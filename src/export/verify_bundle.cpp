@@ -11,16 +11,17 @@ namespace qhx {
 namespace {
 
 // A deterministic 512x512 test picture as binary PPM (which the image loader reads).
-std::filesystem::path write_test_image(const std::filesystem::path& dir) {
-  const int n = 512;
+std::filesystem::path write_test_image(const std::filesystem::path& dir, std::int64_t size) {
+  const auto n = static_cast<int>(size);
   const auto path = dir / "verify_image.ppm";
   std::ofstream f(path, std::ios::binary);
   f << "P6\n" << n << " " << n << "\n255\n";
   for (int y = 0; y < n; ++y)
     for (int x = 0; x < n; ++x) {
-      const bool disc = (x - 320) * (x - 320) + (y - 180) * (y - 180) < 70 * 70;
-      const char px[3] = {static_cast<char>(disc ? 250 : x / 2), static_cast<char>(disc ? 200 : y / 2),
-                          static_cast<char>((x ^ y) & 0xFF)};
+      const int u = x * 512 / n, v = y * 512 / n;  // the same picture at any size
+      const bool disc = (u - 320) * (u - 320) + (v - 180) * (v - 180) < 70 * 70;
+      const char px[3] = {static_cast<char>(disc ? 250 : u / 2), static_cast<char>(disc ? 200 : v / 2),
+                          static_cast<char>((u ^ v) & 0xFF)};
       f.write(px, 3);
     }
   if (!f) fail(path.string(), ": cannot write the verification image");
@@ -67,8 +68,11 @@ VerifyReport verify_bundle(const ExportSummary& s, const ExportOptions& o) {
     Pipeline vlm = Pipeline::open(s.vlm_manifest);
     GenerationRequest req;
     req.prompt = "Describe this image.";
-    req.images.push_back(write_test_image(o.out_dir));
-    req.resize = "fixed";  // both see the bundle's image size
+    // A picture of the bundle's image size, taken as it is by both sides (the native resize
+    // keeps a size that is a multiple of 32 within the pixel limits): the bundle's fixed size,
+    // which the source's own default plan (512) would not give.
+    req.images.push_back(write_test_image(o.out_dir, o.image_size));
+    req.resize = "native";
     r.cases.push_back(compare("image", vlm, source, req));
     std::filesystem::remove(req.images.back());
   }
