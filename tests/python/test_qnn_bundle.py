@@ -274,3 +274,30 @@ def test_vision_graph_blocks_match_the_cpu(cfg, cpu_bundles, tmp_path):
     out = p.stdout.decode(errors="replace")
     print(out)
     assert p.returncode == 0, out[-3000:] + p.stderr.decode(errors="replace")[-3000:]
+
+
+def test_export_gate_on_a_qnn_bundle(tmp_path):
+    """qhx_export --target qnn-htp --verify runs the bundle in emulation against the fp32 source."""
+    p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / "tiny_b" / "checkpoint"),
+                        "--out", str(tmp_path / "b"), "--target", "qnn-htp", "--soc", "SM8750", "--image-size", "256",
+                        "--prefill-chunk", "64", "--context", "384", "-q", "--verify"],
+                       capture_output=True, timeout=900, check=False)
+    out = p.stdout.decode()
+    assert p.returncode == 0, out + p.stderr.decode(errors="replace")[-3000:]
+    assert "verify: passed" in out and "verify image" in out
+    assert not (tmp_path / "b" / ".cpu-w8").exists()  # the staging bundle is gone
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--weights", "w4"], ["--target qnn-htp", "W8A16", "--weights w8"]),
+    (["--prefill-chunk", "384"], ["--prefill-chunk (384)", "below --context (384)"]),
+    (["--soc", "SM8450"], ["--soc"]),
+])
+def test_export_refuses_what_a_qnn_bundle_cannot_be(args, needles, tmp_path):
+    p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / "tiny_b" / "checkpoint"),
+                        "--out", str(tmp_path / "b"), "--target", "qnn-htp", "--image-size", "256", "--context", "384",
+                        *args, "-q"], capture_output=True, timeout=300, check=False)
+    err = p.stderr.decode() + p.stdout.decode()
+    assert p.returncode != 0
+    for n in needles:
+        assert n in err, f"{n!r} not in {err}"
