@@ -1,21 +1,39 @@
 #include "doctor/qairt_version.hpp"
 
-#include <regex>
+#include <cctype>
+#include <charconv>
 
 #include "qhexrt/error.hpp"
 
 namespace qhx::doctor {
 
+// The first "N.N.N" (optionally ".N") in a build id such as "v2.51.0.260929181845". A plain
+// scan: std::regex trips GCC 12's maybe-uninitialized warning under the sanitizers.
 std::optional<QairtVersion> parse_qairt_build(const std::string& build_id) {
-  static const std::regex re(R"((\d+)\.(\d+)\.(\d+)(?:\.(\d+))?)");
-  std::smatch m;
-  if (!std::regex_search(build_id, m, re)) return std::nullopt;
-  QairtVersion v;
-  v.major = std::stoi(m[1].str());
-  v.minor = std::stoi(m[2].str());
-  v.patch = std::stoi(m[3].str());
-  v.build = m[4].matched ? m[4].str() : "";
-  return v;
+  const char* end = build_id.data() + build_id.size();
+  for (const char* start = build_id.data(); start < end; ++start) {
+    if (!std::isdigit(static_cast<unsigned char>(*start))) continue;
+    int part[3] = {0, 0, 0};
+    const char* p = start;
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) {
+      const auto [next, ec] = std::from_chars(p, end, part[i]);
+      ok = ec == std::errc() && next != p && (i == 2 || (next < end && *next == '.'));
+      p = i == 2 ? next : next + 1;
+    }
+    if (!ok) continue;
+    QairtVersion v;
+    v.major = part[0];
+    v.minor = part[1];
+    v.patch = part[2];
+    if (p < end && *p == '.' && p + 1 < end && std::isdigit(static_cast<unsigned char>(p[1]))) {
+      const char* b = p + 1;
+      while (b < end && std::isdigit(static_cast<unsigned char>(*b))) ++b;
+      v.build.assign(p + 1, b);
+    }
+    return v;
+  }
+  return std::nullopt;
 }
 
 BuildCheck check_qairt_builds(const std::string& binary_build, const std::string& library_build) {

@@ -280,6 +280,14 @@ TEST(QairtVersion, ANewerBinaryIsAProblemAnOlderOneAWarning) {
   EXPECT_FALSE(same.problem);
   EXPECT_TRUE(same.message.empty());
   EXPECT_FALSE(check_qairt_builds("?", "v2.51.0.1").message.empty());
+  const auto wheel = doctor::parse_qairt_build("v2.51.0.260929181845");  // the pinned wheel's build id
+  ASSERT_TRUE(wheel);
+  EXPECT_EQ(wheel->major, 2);
+  EXPECT_EQ(wheel->minor, 51);
+  EXPECT_EQ(wheel->patch, 0);
+  EXPECT_EQ(wheel->build, "260929181845");
+  EXPECT_FALSE(doctor::parse_qairt_build("v2.51"));
+  EXPECT_FALSE(doctor::parse_qairt_build("no version"));
   ASSERT_TRUE(doctor::parse_qairt_build("v3.0.12.42"));
   EXPECT_EQ(doctor::parse_qairt_build("v3.0.12.42")->patch, 12);
 }

@@ -226,17 +226,15 @@ TEST_P(SessionTest, BadConversationsAreRefused) {
   EXPECT_EQ(s.cached_tokens(), 0);
 }
 
-// The NPU graphs' contract (a fixed block over a host-kept KV cache, host mask
-// and rope tables), run by its CPU reference kind: the same stages drive it,
-// padding the last block, and every turn equals the state graph's bit for bit.
-TEST_P(SessionTest, BlockContractGraphsEqualTheStateGraph) {
-  test::TempDir dir;
-  nlohmann::json plan = default_manifest_for_hf_dir(checkpoint(GetParam())).json;
+// The default plan with the language model as the block contract's CPU reference kind:
+// a prefill graph of `prefill_block` tokens and a decode graph of one, over a context of 600.
+nlohmann::json block_plan(const std::string& cfg, std::int64_t prefill_block) {
+  nlohmann::json plan = default_manifest_for_hf_dir(checkpoint(cfg)).json;
   plan["context_length"] = 600;
   nlohmann::json llm = plan["graphs"]["llm"];
   llm["kind"] = "qwen3vl.text_decoder_ar";
   plan["graphs"]["llm_prefill"] = llm;
-  plan["graphs"]["llm_prefill"]["block"] = 7;  // prompts are not multiples of 7: the last block is padded
+  plan["graphs"]["llm_prefill"]["block"] = prefill_block;
   plan["graphs"]["llm_decode"] = llm;
   plan["graphs"]["llm_decode"]["block"] = 1;
   plan["graphs"].erase("llm");
@@ -244,6 +242,15 @@ TEST_P(SessionTest, BlockContractGraphsEqualTheStateGraph) {
     if (st["op"] == "prefill") st["graph"] = "llm_prefill";
     if (st["op"] == "decode") st["graph"] = "llm_decode";
   }
+  return plan;
+}
+
+// The NPU graphs' contract (a fixed block over a host-kept KV cache, host mask
+// and rope tables), run by its CPU reference kind: the same stages drive it,
+// padding the last block, and every turn equals the state graph's bit for bit.
+TEST_P(SessionTest, BlockContractGraphsEqualTheStateGraph) {
+  test::TempDir dir;
+  const nlohmann::json plan = block_plan(GetParam(), 7);  // prompts are not multiples of 7: the last block is padded
   Pipeline block = Pipeline::open(dir.write("block.json", plan.dump()));
   Session a(pipe_), b(block);
   int turn = 0;
@@ -262,19 +269,7 @@ TEST_P(SessionTest, BlockContractGraphsEqualTheStateGraph) {
 // tail graph the same turn is refused, naming the limit.
 TEST_P(SessionTest, PromptPastTheBlockGraphsRoomGoesThroughTheTailGraph) {
   test::TempDir dir;
-  nlohmann::json plan = default_manifest_for_hf_dir(checkpoint(GetParam())).json;
-  plan["context_length"] = 600;
-  nlohmann::json llm = plan["graphs"]["llm"];
-  llm["kind"] = "qwen3vl.text_decoder_ar";
-  plan["graphs"]["llm_prefill"] = llm;
-  plan["graphs"]["llm_prefill"]["block"] = 590;
-  plan["graphs"]["llm_decode"] = llm;
-  plan["graphs"]["llm_decode"]["block"] = 1;
-  plan["graphs"].erase("llm");
-  for (auto& st : plan["stages"]) {
-    if (st["op"] == "prefill") st["graph"] = "llm_prefill";
-    if (st["op"] == "decode") st["graph"] = "llm_decode";
-  }
+  nlohmann::json plan = block_plan(GetParam(), 590);
   const auto no_tail = dir.write("no_tail.json", plan.dump());
   for (auto& st : plan["stages"])
     if (st["op"] == "prefill") st["tail_graph"] = "llm_decode";

@@ -46,6 +46,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qnn_onnx import read_bundle_file
+
 SCRIPT_VERSION = 1
 HTP_ARCH = "79"       # Hexagon v79 ...
 SOC_MODEL = "69"      # ... on SM8750 (Snapdragon 8 Elite): QNN's Qnn_SocModel_t value 69
@@ -57,24 +59,8 @@ F16 = TensorProto.FLOAT16
 # --- checkpoint reading (safetensors by hand: the QNN venv has no torch) -------------------
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        base = 8 + n
-        out = {}
-        for name, meta in header.items():
-            if name == "__metadata__":
-                continue
-            a, b = meta["data_offsets"]
-            f.seek(base + a)
-            raw = f.read(b - a)
-            dt = meta["dtype"]
-            if dt == "BF16":  # bf16 is the top half of an f32
-                arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-            else:
-                arr = np.frombuffer(raw, {"F32": np.float32, "F16": np.float16}[dt]).astype(np.float32)
-            out[name] = arr.reshape(meta["shape"])
-    return out
+    """A checkpoint's tensors as float32 (bf16, f16 or f32 on disk)."""
+    return {k: v.astype(np.float32) for k, v in read_bundle_file(path).items()}
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
