@@ -1,8 +1,17 @@
 #include "export/bundle_manifests.hpp"
 
+#include <fstream>
+
+#include "qhexrt/error.hpp"
 #include "runtime/manifest.hpp"
 
 namespace qhx {
+
+void write_manifest(const std::filesystem::path& path, const nlohmann::json& manifest) {
+  std::ofstream f(path);
+  f << manifest.dump(2) << "\n";
+  if (!f) fail(path.string(), ": cannot write");
+}
 
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size) {
   const std::string s = std::to_string(image_size);

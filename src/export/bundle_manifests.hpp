@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "runtime/hf_dir_plan.hpp"
@@ -20,6 +21,9 @@ struct BundleFiles {
   std::string weights;  // w8 | w4 | f16 | f32, for the manifests' names
   std::string chat_template = "qwen3vl";  // the family's built-in one, or the checkpoint's copied into the bundle
 };
+
+// Writes a manifest as indented JSON; throws naming the file when it cannot be written.
+void write_manifest(const std::filesystem::path& path, const nlohmann::json& manifest);
 
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size);
 nlohmann::json vlm_manifest(const BundleFiles& f, const HfDirPlan& hf = {});

@@ -98,11 +98,6 @@ std::uint64_t group_bytes(const Checkpoint& ck, std::string_view prefix) {
   return n;
 }
 
-void write_json(const std::filesystem::path& p, const nlohmann::json& j) {
-  std::ofstream f(p);
-  f << j.dump(2) << "\n";
-  if (!f) fail(p.string(), ": cannot write");
-}
 
 }  // namespace
 
@@ -193,8 +188,8 @@ ExportSummary export_bundle(const ExportOptions& o) {
   const std::string size = std::to_string(o.image_size);
   s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
   s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
-  write_json(s.vlm_manifest, vlm_manifest(files, hf));
-  write_json(s.text_manifest, text_manifest(files, hf));
+  write_manifest(s.vlm_manifest, vlm_manifest(files, hf));
+  write_manifest(s.text_manifest, text_manifest(files, hf));
   for (const auto& f : {files.vision, files.llm, files.lm_head, files.embed, files.patch_embed, files.patch_bias,
                         files.pos_embed, std::string("tokenizer.json"), std::string("config.json"),
                         s.vlm_manifest.filename().string(), s.text_manifest.filename().string()})

@@ -118,7 +118,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   ExportOptions cpu = o;
   cpu.target = "cpu";
   cpu.out_dir = staging;
-  const ExportSummary w8 = export_bundle(cpu);
+  export_bundle(cpu);
 
   std::vector<std::string> args{python.string(), script.string(), "--bundle", staging.string(), "--out",
                                 o.out_dir.string(), "--soc", o.soc, "--context", std::to_string(o.context),
@@ -144,12 +144,11 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   const std::string size = std::to_string(o.image_size);
   s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
   s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
-  std::ofstream(s.vlm_manifest) << qnn_vlm_manifest(files, hf, desc).dump(2) << "\n";
-  std::ofstream(s.text_manifest) << qnn_text_manifest(files, hf, desc).dump(2) << "\n";
+  write_manifest(s.vlm_manifest, qnn_vlm_manifest(files, hf, desc));
+  write_manifest(s.text_manifest, qnn_text_manifest(files, hf, desc));
   for (const auto& entry : fs::directory_iterator(o.out_dir))
     if (entry.is_regular_file()) s.files.emplace_back(entry.path().filename().string(), entry.file_size());
   std::sort(s.files.begin(), s.files.end());
-  (void)w8;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
 }

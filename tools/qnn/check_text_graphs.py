@@ -244,16 +244,16 @@ def check_sharing(desc: dict, gdir: Path, failures: list) -> None:
 def load_only(desc: dict, gdir: Path, dims: dict, n_ds: int, failures: list) -> None:
     import resource
     cl, ar = desc["context_length"], desc["prefill_chunk"]
-    todo = []
+    contexts = []
     for part in desc.get("llm_parts", []):
         layers = tuple(part["layers"])
         for role, twin in part.get("twins", {}).items():
             io = tg.block_io(dims, layers, ar if role == "prefill" else 1, cl,
                              n_ds if role == "prefill" and layers[0] == 0 else 0)
-            todo.append((twin, io))
+            contexts.append((twin, io))
     if "lm_head" in desc:
-        todo.append((desc["lm_head"], ([("x", [1, dims["H"]])], [("y", [1, desc["lm_head"]["vocab"]])])))
-    for meta, io in todo:
+        contexts.append((desc["lm_head"], ([("x", [1, dims["H"]])], [("y", [1, desc["lm_head"]["vocab"]])])))
+    for meta, io in contexts:
         t0 = time.perf_counter()
         try:
             sess = session(gdir / meta["file"], meta["graph"], *io)
