@@ -32,6 +32,16 @@ APT_PACKAGES+=(
   libexif-dev
 )
 # --- end of image decoding ----------------------------------------------------
+# --- the OpenAI-compatible server (tools/serve, qhx_serve) ---------------------
+# cpp-httplib for HTTP, and OpenSSL's libcrypto (which cpp-httplib links anyway)
+# for base64 (EVP_DecodeUpdate, the image data: URLs). Both receive Debian 12
+# security updates, so they are pinned by the release alone; tested with
+# libcpp-httplib-dev 0.11.4+ds-1+deb12u1, libssl-dev 3.0.22-1~deb12u2.
+APT_PACKAGES+=(
+  libcpp-httplib-dev
+  libssl-dev
+)
+# --- end of the OpenAI-compatible server ----------------------------------------
 # --- SIMD kernels (src/backends/cpu/kernels_fast.cpp) -------------------------
 # Google Highway, run-time dispatch over SSE4/AVX2/AVX-512/NEON. Tested with
 # libhwy-dev 1.0.3-3+deb12u1 (unpinned: Debian 12 security updates move it).
