@@ -4,7 +4,6 @@ file(READ "${IN}" hex HEX)
 string(LENGTH "${hex}" n)
 math(EXPR size "${n} / 2")
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-string(REGEX REPLACE "((0x[0-9a-f][0-9a-f],){32})" "\\1\n  " bytes "${bytes}")
 file(WRITE "${OUT}.tmp"
   "// Generated from ${IN} by tools/serve/embed_file.cmake; do not edit.\n"
   "#pragma once\n#include <cstddef>\n\n"

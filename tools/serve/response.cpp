@@ -75,14 +75,14 @@ json usage_chunk_json(const Completion& c, const GenerationResult& r, double que
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-std::string sse(std::string_view data) {
+std::string sse_data(std::string_view data) {
   std::string s = "data: ";
   s += data;
   s += "\n\n";
   return s;
 }
 
-std::string sse(const json& data) { return sse(dump(data)); }
+std::string sse(const json& data) { return sse_data(dump(data)); }
 
 std::string new_completion_id() {
   static std::atomic<std::uint64_t> counter{0};

@@ -27,7 +27,7 @@ nlohmann::json chunk_json(const Completion& c, nlohmann::json delta, const std::
 nlohmann::json usage_chunk_json(const Completion& c, const GenerationResult& r, double queue_ms);
 
 // A server-sent event carrying `data` ("data: ...\n\n").
-std::string sse(std::string_view data);
+std::string sse_data(std::string_view data);
 std::string sse(const nlohmann::json& data);
 
 std::string new_completion_id();

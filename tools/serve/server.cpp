@@ -62,18 +62,19 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
     metrics_.response(route_of(req.path), res.status);
   });
   // Statuses httplib sets itself (404, 413, a request it cannot parse) get an error body too.
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e{res.status, "", "", ""};
     switch (res.status) {
       case 404: e.message = "no such route"; e.code = "not_found"; break;
       case 413: e.message = "the request body is over the server's limit (--max-body-mb)"; e.code = "request_too_large"; break;
       case 414: e.message = "the request URI is too long"; break;
+      case 400: e.message = "the HTTP request could not be read"; break;
       default: e.message = cat("HTTP ", res.status); break;
     }
     res.set_content(dump(e.to_json()), kJson);
     return httplib::Server::HandlerResponse::Handled;
-  });
+  }));
   s.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     ApiError e{500, "internal error", "", "internal_error"};
     try {
@@ -241,7 +242,7 @@ void Server::chat(const httplib::Request& req, httplib::Response& res) {
           if (!write(sse(chunk_json(c, json::object(), finish_reason(job->result.stop_reason))))) return false;
           if (include_usage && !write(sse(usage_chunk_json(c, job->result, job->queue_ms)))) return false;
         }
-        if (!write(sse(std::string_view("[DONE]")))) return false;
+        if (!write(sse_data("[DONE]"))) return false;
         sink.done();
         return true;
       },
