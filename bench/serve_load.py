@@ -115,14 +115,14 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=20, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--max-queue", type=int, default=4, help="the started server's --max-queue")
+    ap.add_argument("--max-queue", type=int, default=16, help="the started server's --max-queue")
     ap.add_argument("--rss-slack-mb", type=float, default=50.0)
     ap.add_argument("--image", default=str(REPO_ROOT / "assets" / "sample.png"))
     ap.add_argument("--log-dir", help="where the started server's log goes (default: a temporary folder)")
-    ap.add_argument("--quick", action="store_true", help="8 clients x 3 requests, 8 tokens (CI)")
+    ap.add_argument("--quick", action="store_true", help="8 clients x 3 requests, 8 tokens, a queue of 4 (some 503s; CI)")
     a = ap.parse_args()
     if a.quick:
-        a.clients, a.requests, a.max_tokens = 8, 3, 8
+        a.clients, a.requests, a.max_tokens, a.max_queue = 8, 3, 8, 4
     if not a.url and not a.model:
         ap.error("give -m MODEL (to start qhx_serve) or --url")
 

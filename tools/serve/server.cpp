@@ -62,12 +62,19 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
     metrics_.response(route_of(req.path), res.status);
   });
   // Statuses httplib sets itself (404, 413, a request it cannot parse) get an error body too.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+  const std::size_t body_mb = config_.max_body_mb;
+  s.set_error_handler(httplib::Server::HandlerWithResponse([body_mb](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e{res.status, "", "", ""};
     switch (res.status) {
       case 404: e.message = "no such route"; e.code = "not_found"; break;
-      case 413: e.message = "the request body is over the server's limit (--max-body-mb)"; e.code = "request_too_large"; break;
+      case 413:
+        e.message = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0
+                        ? "the request body is too large for a form-encoded body (8 KB): send it as "
+                          "Content-Type: application/json"
+                        : cat("the request body is over the server's limit of ", body_mb, " MB (--max-body-mb)");
+        e.code = "request_too_large";
+        break;
       case 414: e.message = "the request URI is too long"; break;
       case 400: e.message = "the HTTP request could not be read"; break;
       default: e.message = cat("HTTP ", res.status); break;
