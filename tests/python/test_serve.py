@@ -405,3 +405,16 @@ def test_serve_load_quick(checkpoint, tmp_path):
                        capture_output=True, timeout=TIMEOUT_S, check=False, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "p50" in p.stdout and "p95" in p.stdout, p.stdout
+
+
+def test_two_conversations_keep_their_caches_in_two_slots(client):
+    """--sessions 2: conversation B between A's turns does not evict A's cache."""
+    def turn(history):
+        r = client.chat.completions.create(model="tiny", messages=history, max_tokens=4, temperature=0)
+        return r, history + [{"role": "assistant", "content": r.choices[0].message.content}]
+    a1, a = turn([{"role": "user", "content": "Conversation A: tell me about the sea. " * 3}])
+    b1, b = turn([{"role": "user", "content": "Conversation B: tell me about mountains. " * 3}])
+    a2, _ = turn(a + [{"role": "user", "content": "A again: and the tides?"}])
+    b2, _ = turn(b + [{"role": "user", "content": "B again: and the snow?"}])
+    assert a2.usage.prompt_tokens_details.cached_tokens >= a1.usage.prompt_tokens
+    assert b2.usage.prompt_tokens_details.cached_tokens >= b1.usage.prompt_tokens
