@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,7 +88,7 @@ int run(const Args& a) {
   std::fprintf(stdout, "listening on http://%s:%d\n", cfg.host.c_str(), port);
   std::fflush(stdout);
 
-  bool signalled = false;
+  std::atomic<bool> signalled{false};
   std::thread waiter([&] {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) return;
@@ -102,7 +103,7 @@ int run(const Args& a) {
   }
   waiter.join();
   std::fprintf(stderr, "qhx_serve: stopped\n");
-  return ok || signalled ? 0 : 1;
+  return ok || signalled.load() ? 0 : 1;
 }
 
 }  // namespace
