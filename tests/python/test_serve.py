@@ -418,3 +418,25 @@ def test_two_conversations_keep_their_caches_in_two_slots(client):
     b2, _ = turn(b + [{"role": "user", "content": "B again: and the snow?"}])
     assert a2.usage.prompt_tokens_details.cached_tokens >= a1.usage.prompt_tokens
     assert b2.usage.prompt_tokens_details.cached_tokens >= b1.usage.prompt_tokens
+
+
+def test_a_stream_reader_that_stalls_is_cancelled_by_the_write_timeout(checkpoint, tmp_path):
+    s = ServeProcess(serve_exe(), checkpoint, ["--write-timeout", "1"], tmp_path)
+    try:
+        stalled = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
+        stalled.connect(("127.0.0.1", s.port))
+        body = json.dumps({**LONG, "max_tokens": 4000 - 64}).encode()
+        stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.monotonic() + 120
+        while metric(s, "qhx_completions_cancelled_total") < 1:  # the socket stays open, unread
+            assert time.monotonic() < deadline, "the stalled reader still holds the model"
+            assert metric(s, "qhx_completions_total") == 0, "the generation ran to its end: nothing stalled"
+            time.sleep(0.2)
+        status, _, got = request(s, "POST", "/v1/chat/completions",
+                                 {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, key=None)
+        assert status == 200, got
+        stalled.close()
+    finally:
+        assert s.stop() == 0, s.log()

@@ -26,7 +26,7 @@ namespace {
 struct Args {
   std::string model, host = "127.0.0.1", api_key, allow_file_dir, model_id;
   int port = 8080, threads = 0, http_threads = 0, max_images = 8;
-  int read_timeout = 30, write_timeout = 15, drain_seconds = 30;
+  int read_timeout = 30, write_timeout = 15, drain_seconds = 30, send_buffer_kb = 64;
   std::size_t max_queue = 16, max_body_mb = 32, sessions = 1;
   std::optional<std::int64_t> image_cache_mb;
 };
@@ -73,6 +73,7 @@ int run(const Args& a) {
   cfg.max_images = a.max_images;
   cfg.read_timeout_s = a.read_timeout;
   cfg.write_timeout_s = a.write_timeout;
+  cfg.send_buffer_kb = a.send_buffer_kb;
   if (!a.allow_file_dir.empty()) {
     std::error_code ec;
     auto dir = std::filesystem::canonical(a.allow_file_dir, ec);
@@ -136,6 +137,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--write-timeout", a.write_timeout, "seconds a client may stall while receiving (default 15)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--send-buffer-kb", a.send_buffer_kb,
+                 "socket send buffer in KB: how much a stalled stream reader can be sent before the write "
+                 "timeout cancels its generation (default 64; 0: the kernel's autotuning)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--drain-seconds", a.drain_seconds,
                  "on SIGTERM, how long the running generation may go on before it is cancelled (default 30)")
       ->check(CLI::NonNegativeNumber);

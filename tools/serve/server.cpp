@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <ctime>
 
 #include "qhexrt/error.hpp"
@@ -58,6 +60,17 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
   s.set_write_timeout(config_.write_timeout_s, 0);
   s.set_keep_alive_timeout(config_.keep_alive_timeout_s);
   s.set_payload_max_length(config_.max_body_mb * 1024 * 1024);
+  // SO_REUSEADDR, not httplib's default SO_REUSEPORT (with which a second server on the same
+  // port would bind too and take half the connections). A bounded send buffer (inherited by
+  // the accepted sockets): a client that stops reading a stream blocks the writer after that
+  // much output, and the write timeout then cancels its generation; with the kernel's
+  // autotuning megabytes of tokens would be generated into the buffer first.
+  const int send_buffer = config_.send_buffer_kb * 1024;
+  s.set_socket_options([send_buffer](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (send_buffer > 0) setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof send_buffer);
+  });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.response(route_of(req.path), res.status);
   });

@@ -35,6 +35,7 @@ struct ServerConfig {
   std::optional<std::filesystem::path> allow_file_dir;
   int read_timeout_s = 30, write_timeout_s = 15, keep_alive_timeout_s = 5;
   int retry_after_s = 2;
+  int send_buffer_kb = 64;  // SO_SNDBUF of the connections (0: the kernel's autotuning)
 };
 
 class Server {
