@@ -257,6 +257,8 @@ BAD_REQUESTS = {
     "file outside the allowed dir": (user([image_part("file:///etc/hostname")]), 400, "file_url_refused", None),
     "too many images": (user([image_part("data:image/png;base64," + TINY_PNG)] * 5), 400, "too_many_images", None),
     "prompt over the context": (user("hello " * 5000), 400, "context_length_exceeded", "messages"),
+    "prompt + max_tokens over the context": ({**user("hello " * 4080), "max_tokens": 100}, 400,
+                                             "context_length_exceeded", "messages"),
     "n = 2": ({**user("x"), "n": 2}, 400, "unsupported_value", "n"),
     "temperature a string": ({**user("x"), "temperature": "hot"}, 400, "invalid_type", "temperature"),
     "temperature out of range": ({**user("x"), "temperature": 7}, 400, "invalid_value", "temperature"),
@@ -440,3 +442,9 @@ def test_a_stream_reader_that_stalls_is_cancelled_by_the_write_timeout(checkpoin
         stalled.close()
     finally:
         assert s.stop() == 0, s.log()
+
+
+def test_a_second_server_cannot_take_the_same_port(server, checkpoint):
+    p = subprocess.run([str(serve_exe()), "-m", str(checkpoint), "--port", str(server.port)],
+                       capture_output=True, timeout=TIMEOUT_S, check=False)
+    assert p.returncode == 1 and b"cannot bind" in p.stderr, p.stderr
