@@ -104,11 +104,16 @@ def error_messages(driver) -> list[str]:
     return js(driver, "return [...document.querySelectorAll('#chat .msg.error')].map(m => m.textContent);")
 
 
-def open_page(driver, url: str) -> None:
+def open_page(driver, url: str, allowed: tuple[str, ...] = ()) -> None:
+    """Loads the page with an empty localStorage; fails on console errors while it loads."""
+    console_errors(driver)   # drop what the last test's page logged as it went away
     driver.get(url)
-    wait_for(driver, "the page's script", lambda d: js(d, "return document.readyState") == "complete")
     js(driver, "localStorage.clear();")
-    console_errors(driver)   # start each test with an empty log
+    driver.refresh()
+    wait_for(driver, "the page's script", lambda d: js(d, "return document.readyState") == "complete")
+    time.sleep(0.2)   # the page's own GET /v1/models
+    errors = console_errors(driver, allowed)
+    assert not errors, f"console errors while the page loads: {errors}"
 
 
 def type_and_send(driver, text: str) -> None:
@@ -317,8 +322,7 @@ def test_stop_aborts_the_stream_and_keeps_what_arrived(browser, stub):
 def test_api_key_and_http_errors(browser):
     stub = StubServer(PAGE, api_key="sekrit", chunk_delay_s=0.02).start()
     try:
-        open_page(browser, stub.url)
-        browser.refresh()   # localStorage is empty now: the page loads with no key
+        open_page(browser, stub.url, allowed=("status of 401",))   # with no key, /v1/models is refused
         wait_for(browser, "the 401 of /v1/models", lambda d: "HTTP 401" in d.find_element("id", "model").text)
         type_and_send(browser, "no key yet")
         errs = wait_for(browser, "the error message", error_messages)
