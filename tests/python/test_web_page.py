@@ -214,22 +214,26 @@ def test_chat_with_an_image_streams_timings_and_new_chat(browser, server):
     wait_for(browser, "the attachment's thumbnail",
              lambda d: js(d, "const i = document.querySelector('#attachments img');"
                              "return i && i.complete && i.naturalWidth > 0;"))
+
+    # The answer streams: the text grows while the timings line (written at [DONE]) is still
+    # empty. A MutationObserver in the page times both, free of WebDriver's polling latency.
+    js(browser, """
+        window.__stream = {firstText: null, timings: null};
+        new MutationObserver(() => {
+          const all = document.querySelectorAll('#chat .msg.assistant'), m = all[all.length - 1];
+          if (!m) return;
+          const t = performance.now(), s = window.__stream;
+          if (s.firstText === null && m.querySelector('.text').textContent) s.firstText = t;
+          if (s.timings === null && m.querySelector('.timings').textContent) s.timings = t;
+        }).observe(document.getElementById('chat'), {subtree: true, childList: true, characterData: true});""")
     type_and_send(browser, "What is in this picture?")
-
-    # The answer streams: text shows while the timings line (written at [DONE]) is still empty.
-    # The stub's chunks are 0.15 s apart, so a partial answer is sure to be seen.
-    seen_partial = False
-
-    def answered(d):
-        nonlocal seen_partial
-        parts = assistant_parts(d)
-        if parts and parts[-1]["text"] and not parts[-1]["timings"]:
-            seen_partial = True
-        return parts and parts[-1]["timings"] and parts
-    parts = wait_for(browser, "the first answer and its timings", answered, timeout)
+    parts = wait_for(browser, "the first answer and its timings",
+                     lambda d: assistant_parts(d) and assistant_parts(d)[-1]["timings"] and assistant_parts(d), timeout)
     assert len(parts) == 1 and parts[0]["text"].strip(), parts
-    if stub:
-        assert seen_partial, "the answer appeared all at once, not streamed"
+    stream = js(browser, "return window.__stream;")
+    assert stream["firstText"] is not None and stream["firstText"] < stream["timings"], stream
+    if stub:   # the stub's last four chunks come 0.15 s apart after the first: 0.6 s of growing text
+        assert stream["timings"] - stream["firstText"] >= 400, f"the answer was not streamed: {stream}"
     assert "ms" in parts[0]["timings"] and "tokens/s" in parts[0]["timings"], parts[0]["timings"]
     assert "cached tokens" in parts[0]["timings"] and "vision" in parts[0]["timings"], parts[0]["timings"]
     assert js(browser, "return document.querySelectorAll('#chat .msg.user img').length") == 1
