@@ -73,6 +73,17 @@ APT_PACKAGES+=(
   libexif-dev:arm64
 )
 # --- end of the runtime on 64-bit Arm -------------------------------------------
+# --- the web chat page of qhx_serve (tests/python/test_web_page.py) --------------
+# A real headless browser and its WebDriver, both Debian's (selenium is told their paths, so
+# it downloads no driver). chromium-driver depends on the chromium of its own version. Pinned
+# by the release only: Chromium's security updates replace the version every few weeks, and an
+# exact pin would vanish from the archive. Tested with chromium and chromium-driver
+# 156.0.8078.114-1~deb12u1 (bookworm-security); the install takes ~26 s (121 MB).
+APT_PACKAGES+=(
+  chromium
+  chromium-driver
+)
+# --- end of the web chat page ------------------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"
