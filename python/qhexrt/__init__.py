@@ -2,7 +2,7 @@
 checkpoint directory) and chat sessions on it, over the runtime's C API (ctypes).
 
     import qhexrt
-    pipe = qhexrt.Pipeline("/models/qwen3vl-w8", want_images=True)
+    pipe = qhexrt.Pipeline("/models/qwen3vl-w8")     # a bundle folder (its image manifest)
     chat = pipe.session()
     r = chat.send("What is in this picture?", images=["cat.png"], max_tokens=64)
     print(r.text, r.stop_reason, r.timings.ttft_ms)
@@ -243,13 +243,27 @@ class Pipeline:
     """A loaded run plan: `path` is a manifest (.json), a bundle folder or a Hugging Face
     checkpoint directory (the default f32 CPU plan).
 
-    image_cache_mb bounds the image-feature cache (None: the manifest's; 0: off);
-    want_images picks a bundle folder's manifest with image stages (a bundle's text-only
-    manifest is the default, as in the C API); threads sets the CPU kernels' worker threads
-    for the process (None leaves them). Raises Error when the plan cannot be opened."""
+    image_cache_mb bounds the image-feature cache (None: the manifest's; 0: off).
+    want_images, for a bundle folder: True its manifest with image stages, False its text-only
+    one, None (default) the image one if it has one, else the text one (a manifest file or a
+    checkpoint directory is what it is). threads sets the CPU kernels' worker threads for the
+    process (None leaves them). Raises Error when the plan cannot be opened."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], image_cache_mb: Optional[int] = None,
-                 want_images: bool = False, threads: Optional[int] = None) -> None:
+                 want_images: Optional[bool] = None, threads: Optional[int] = None) -> None:
+        if want_images is None:
+            try:
+                self._open(path, image_cache_mb, True, threads)
+            except Error as e:
+                if "cannot take an image" not in str(e):
+                    raise
+                self._open(path, image_cache_mb, False, threads)
+        else:
+            self._open(path, image_cache_mb, want_images, threads)
+        self.path = os.fspath(path)
+
+    def _open(self, path: Union[str, "os.PathLike[str]"], image_cache_mb: Optional[int], want_images: bool,
+              threads: Optional[int]) -> None:
         self._handle = ctypes.c_void_p()
         opts = _capi.PipelineOptions()
         _check(lib.qhx_pipeline_options_init(ctypes.byref(opts)))
@@ -262,7 +276,6 @@ class Pipeline:
         if threads is not None:
             opts.threads = int(threads)
         _check(lib.qhx_pipeline_open2(os.fsencode(path), ctypes.byref(opts), ctypes.byref(self._handle)))
-        self.path = os.fspath(path)
 
     def __del__(self) -> None:
         h = getattr(self, "_handle", None)
