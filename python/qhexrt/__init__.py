@@ -22,7 +22,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Literal, Optional, Sequence, Union, overload
 
 from . import _capi
 from ._capi import lib
@@ -474,12 +474,26 @@ class Session:
             o.resize = r
         return o, keep
 
-    def send(self, text: str = "", images: Sequence[ImageInput] = (), *, stream: bool = False,
+    @overload
+    def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *,
+             stream: Literal[False] = False, max_tokens: Optional[int] = None, temperature: Optional[float] = None,
+             top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
+             repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
+             seed: Optional[int] = None, stop: Sequence[str] = (), resize: Optional[str] = None) -> Result: ...
+
+    @overload
+    def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *,
+             stream: Literal[True], max_tokens: Optional[int] = None, temperature: Optional[float] = None,
+             top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
+             repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
+             seed: Optional[int] = None, stop: Sequence[str] = (), resize: Optional[str] = None) -> Stream: ...
+
+    def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *, stream: bool = False,
              max_tokens: Optional[int] = None, temperature: Optional[float] = None,
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
              seed: Optional[int] = None, stop: Sequence[str] = (), resize: Optional[str] = None
-             ) -> Any:
+             ) -> Union[Result, Stream]:
         """Appends a user turn (the images, then `text`) and answers it; the answer joins the
         conversation. Sampling parameters left as None are the plan's (temperature=0 is greedy
         decoding); max_tokens None is the manifest's. stop: strings the answer ends before.
@@ -489,8 +503,8 @@ class Session:
         Raises Error (nothing is appended to the conversation) when the runtime refuses."""
         if isinstance(images, (str, os.PathLike, bytes, bytearray, memoryview)) or _is_ndarray(images) \
                 or _is_pil_image(images):
-            images = [images]
-        msg = _CMessage("user", text, list(images))
+            images = [images]  # one image
+        msg = _CMessage("user", text, list(images))  # type: ignore[arg-type]
         sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                         repetition_penalty=repetition_penalty, presence_penalty=presence_penalty, seed=seed)
         opts, keep = self._options(max_tokens, stop, resize, sampling)
