@@ -11,8 +11,11 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/qhexrt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT library)
 install(TARGETS qhexrt_shared EXPORT qhexrtTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library NAMELINK_COMPONENT library)
-install(TARGETS qhx_generate qhx_export qhx_tokenize qhx_bench qhx_doctor
+install(TARGETS qhx_generate qhx_export qhx_tokenize qhx_bench qhx_doctor qhx_chat
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+if(TARGET qhx_serve)
+  install(TARGETS qhx_serve RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+endif()
 
 set(QHX_CMAKE_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qhexrt)
 install(EXPORT qhexrtTargets NAMESPACE qhexrt:: FILE qhexrtTargets.cmake

@@ -32,6 +32,16 @@ APT_PACKAGES+=(
   libexif-dev
 )
 # --- end of image decoding ----------------------------------------------------
+# --- the OpenAI-compatible server (tools/serve, qhx_serve) ---------------------
+# cpp-httplib for HTTP, and OpenSSL's libcrypto (which cpp-httplib links anyway)
+# for base64 (EVP_DecodeUpdate, the image data: URLs). Both receive Debian 12
+# security updates, so they are pinned by the release alone; tested with
+# libcpp-httplib-dev 0.11.4+ds-1+deb12u1, libssl-dev 3.0.22-1~deb12u2.
+APT_PACKAGES+=(
+  libcpp-httplib-dev
+  libssl-dev
+)
+# --- end of the OpenAI-compatible server ----------------------------------------
 # --- SIMD kernels (src/backends/cpu/kernels_fast.cpp) -------------------------
 # Google Highway, run-time dispatch over SSE4/AVX2/AVX-512/NEON. Tested with
 # libhwy-dev 1.0.3-3+deb12u1 (unpinned: Debian 12 security updates move it).
@@ -63,6 +73,17 @@ APT_PACKAGES+=(
   libexif-dev:arm64
 )
 # --- end of the runtime on 64-bit Arm -------------------------------------------
+# --- the web chat page of qhx_serve (tests/python/test_web_page.py) --------------
+# A real headless browser and its WebDriver, both Debian's (selenium is told their paths, so
+# it downloads no driver). chromium-driver depends on the chromium of its own version. Pinned
+# by the release only: Chromium's security updates replace the version every few weeks, and an
+# exact pin would vanish from the archive. Tested with chromium and chromium-driver
+# 156.0.8078.114-1~deb12u1 (bookworm-security); the install takes ~26 s (121 MB).
+APT_PACKAGES+=(
+  chromium
+  chromium-driver
+)
+# --- end of the web chat page ------------------------------------------------------
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"

@@ -43,9 +43,10 @@ extern "C" {
 
 /* The version of this C API. 1: tokenizer and one-shot generation;
  * 2: versioned option structs, pipelines with options, sessions, messages,
- * results, timings, image-cache statistics. Within one SONAME the number only
- * grows, and every function of a lower version keeps working. */
-#define QHX_API_VERSION 2
+ * results, timings, image-cache statistics; 3: qhx_pipeline_default_sampling.
+ * Within one SONAME the number only grows, and every function of a lower
+ * version keeps working. */
+#define QHX_API_VERSION 3
 
 enum {
   QHX_OK = 0,
@@ -241,6 +242,14 @@ typedef struct qhx_generation_options {
 
 /* Fills *options with the defaults above and struct_size = sizeof(qhx_generation_options). */
 int qhx_generation_options_init(qhx_generation_options* options);
+
+/* (API 3) Writes the plan's sampling defaults (the manifest's, or a checkpoint's
+ * generation_config.json) into the sampling fields of *options (greedy through
+ * seed) and sets use_manifest_sampling = 0; the other fields are left as they
+ * are. A caller then changes only the parameters it means to, e.g. temperature = 0
+ * for greedy decoding with the plan's repetition penalty. options->struct_size
+ * must be set (qhx_generation_options_init). */
+int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_options* options);
 
 /* Timings of one answer (versioned; written by qhx_result_timings). */
 typedef struct qhx_timings {

@@ -479,6 +479,29 @@ int qhx_generation_options_init(qhx_generation_options* options) {
   return QHX_OK;
 }
 
+int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_options* options) {
+  constexpr const char* fn = "qhx_pipeline_default_sampling";
+  if (pipe == nullptr) return null_argument(fn, "pipe");
+  if (options == nullptr) return null_argument(fn, "options");
+  if (const int st = check_struct_size(options, kGenerationOptionsV2, fn, "options", "qhx_generation_options");
+      st != QHX_OK)
+    return st;
+  return guarded(fn, [&]() -> int {
+    // Every field written here is an API version 2 field, inside any accepted struct_size.
+    const qhx::SamplingParams& s = pipe->pipe->default_sampling();
+    options->use_manifest_sampling = 0;
+    options->greedy = s.greedy ? 1 : 0;
+    options->temperature = s.temperature;
+    options->top_k = s.top_k;
+    options->top_p = s.top_p;
+    options->min_p = s.min_p;
+    options->repetition_penalty = s.repetition_penalty;
+    options->presence_penalty = s.presence_penalty;
+    options->seed = s.seed;
+    return QHX_OK;
+  });
+}
+
 int qhx_timings_init(qhx_timings* timings) {
   if (timings == nullptr) return null_argument("qhx_timings_init", "timings");
   *timings = qhx_timings{};

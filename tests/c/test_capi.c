@@ -256,7 +256,7 @@ static void test_versions_and_structs(void) {
   qhx_image_cache_stats cs;
   CHECK(strlen(qhx_version()) > 0);
   CHECK(qhx_api_version() == QHX_API_VERSION);
-  CHECK(QHX_API_VERSION == 2);
+  CHECK(QHX_API_VERSION == 3);
 
   memset(&po, 0x5a, sizeof po);
   CHECK(qhx_pipeline_options_init(&po) == QHX_OK);
@@ -359,6 +359,21 @@ static void test_pipeline_options(const char* checkpoint) {
   CHECK_ARG(qhx_pipeline_warning(pipe, NULL), "qhx_pipeline_warning", "text");
   CHECK_ARG(qhx_pipeline_takes_images(NULL, &takes), "qhx_pipeline_takes_images", "pipe");
   CHECK_ARG(qhx_pipeline_takes_images(pipe, NULL), "qhx_pipeline_takes_images", "takes_images");
+
+  /* API 3: the plan's sampling defaults (the tiny checkpoint's generation_config.json:
+   * temperature 0.7, top_k 20, top_p 0.8) written into the options; the rest untouched. */
+  {
+    qhx_generation_options go;
+    qhx_generation_options_init(&go);
+    go.max_new_tokens = 7;
+    CHECK(qhx_pipeline_default_sampling(pipe, &go) == QHX_OK);
+    CHECK(go.use_manifest_sampling == 0 && go.greedy == 0 && go.top_k == 20 && go.max_new_tokens == 7);
+    CHECK(fabsf(go.temperature - 0.7f) < 1e-6f && fabsf(go.top_p - 0.8f) < 1e-6f && go.repetition_penalty == 1.0f);
+    CHECK_ARG(qhx_pipeline_default_sampling(NULL, &go), "qhx_pipeline_default_sampling", "pipe");
+    CHECK_ARG(qhx_pipeline_default_sampling(pipe, NULL), "qhx_pipeline_default_sampling", "options");
+    go.struct_size = 8;
+    CHECK_ARG(qhx_pipeline_default_sampling(pipe, &go), "qhx_pipeline_default_sampling", "options->struct_size");
+  }
   qhx_pipeline_free(pipe);
 
   /* A struct from a newer header (longer) is accepted; its tail is ignored. */

@@ -27,7 +27,7 @@ die() { echo "tests/package/run.sh: $*" >&2; exit 1; }
 step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log" >&2; die "install failed"; }
 
-for f in include/qhexrt/qhexrt.h include/qhexrt/session.hpp bin/qhx_generate bin/qhx_export bin/qhx_tokenize \
+for f in include/qhexrt/qhexrt.h include/qhexrt/session.hpp bin/qhx_generate bin/qhx_export bin/qhx_tokenize bin/qhx_chat \
          bin/qhx_bench; do
   [[ -e $prefix/$f ]] || die "the install has no $f"
 done
