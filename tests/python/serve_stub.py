@@ -184,10 +184,11 @@ class StubServer:
                     event({**base, "choices": [],
                            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(words),
                                      "total_tokens": prompt_tokens + len(words),
-                                     "prompt_tokens_details": {"cached_tokens": 12 if len(body["messages"]) > 1 else 0}},
-                           # Vision time only for a new image (a real server caches the features).
-                           "timings": {"prompt_ms": 123.4, "predicted_per_second": 27.5,
-                                       "vision_ms": 456.7 if n_img else 0.0}})
+                                     "prompt_tokens_details": {"cached_tokens": 12 if len(body["messages"]) > 1 else 0},
+                                     # As qhx_serve: its timings inside usage. Vision time only for a
+                                     # new image (a real server caches the features).
+                                     "timings": {"prompt_ms": 123.4, "decode_per_second": 27.5,
+                                                 "vision_ms": 456.7 if n_img else 0.0}}})
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):

@@ -3,21 +3,23 @@
 Debian's chromium and chromium-driver (scripts/setup.sh) driven by selenium (requirements-ref.txt);
 no driver download, no network: the page and its server are on the loopback.
 
-The server is tests/python/serve_stub.py, a standard-library stand-in that checks what the page
-sends and streams a canned answer, unless QHX_SERVE_BIN names a built qhx_serve: then the main
-test runs against `qhx_serve -m BUNDLE --host 127.0.0.1 --port PORT` (BUNDLE from QHX_SERVE_BUNDLE,
-else a w8 bundle exported from the tiny_a reference checkpoint), the page being the one the
-binary embeds. The tests of the page's own behaviour (drop, Stop, API key and errors) always use
-the stub, whose answers they control.
+The main test runs twice: against the built `qhx_serve -m MODEL --host 127.0.0.1 --port PORT`
+(MODEL from QHX_SERVE_BUNDLE, else the tiny_a reference checkpoint; the binary from QHX_SERVE_BIN,
+else build/bin), the page being the one the binary embeds; and against tests/python/serve_stub.py,
+a standard-library stand-in that checks what the page sends and streams a canned answer. The tests
+of the page's own behaviour (drop, Stop, API key and errors) use the stub, whose answers they
+control.
 
 A missing chromium, chromedriver or selenium fails (it never skips: a test that cannot run has
-checked nothing). The screenshot of the conversation goes to $QHX_CACHE/screenshots/web_chat.png.
+checked nothing). The screenshots of the conversation go to $QHX_CACHE/screenshots/web_chat{,_stub}.png.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -144,7 +146,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def real_bundle(tmp_path_factory) -> Path:
+def real_model() -> Path:
+    """QHX_SERVE_BUNDLE, else the tiny_a reference checkpoint itself (qhx_serve opens a Hugging
+    Face checkpoint folder as it opens a bundle)."""
     env = os.environ.get("QHX_SERVE_BUNDLE")
     if env:
         return Path(env)
@@ -152,27 +156,25 @@ def real_bundle(tmp_path_factory) -> Path:
     import build_all
     assert build_all.ensure_reference("tiny_a", log=lambda *a: None)
     ckpt = build_all.reference_dir("tiny_a") / "checkpoint"
-    out = tmp_path_factory.mktemp("serve_bundle")
-    proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(ckpt), "--out", str(out), "--weights", "w8",
-                           "--quiet"], capture_output=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    return out
+    assert (ckpt / "config.json").is_file(), f"{ckpt}: no checkpoint"
+    return ckpt
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """(base URL, the stub or None for the real qhx_serve)."""
-    exe = os.environ.get("QHX_SERVE_BIN")
-    if not exe:
+@pytest.fixture(scope="module", params=["stub", "qhx_serve"])
+def server(request, tmp_path_factory):
+    """(base URL, the stub) or (base URL, None) for the built qhx_serve (QHX_SERVE_BIN overrides
+    which binary) serving a real model: the main test runs against both."""
+    if request.param == "stub":
         stub = StubServer(PAGE, chunk_delay_s=0.15).start()   # slow enough to see the stream grow
         yield stub.url, stub
         stub.stop()
         return
-    assert Path(exe).is_file(), f"QHX_SERVE_BIN={exe}: no such file"
+    exe = os.environ.get("QHX_SERVE_BIN") or str(tool_path("qhx_serve"))
+    assert Path(exe).is_file(), f"{exe}: no such file (build qhx_serve, or set QHX_SERVE_BIN)"
     port = free_port()
     log = tmp_path_factory.mktemp("serve_log") / "qhx_serve.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen([exe, "-m", str(real_bundle(tmp_path_factory)), "--host", "127.0.0.1",
+        proc = subprocess.Popen([exe, "-m", str(real_model()), "--host", "127.0.0.1",
                                  "--port", str(port)], stdout=f, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -208,6 +210,11 @@ def test_chat_with_an_image_streams_timings_and_new_chat(browser, server):
     if stub:
         wait_for(browser, "the model name from /v1/models",
                  lambda d: d.find_element("id", "model").text == "qhexrt-stub")
+    else:
+        with urllib.request.urlopen(url + "v1/models", timeout=10) as r:
+            model_id = json.loads(r.read())["data"][0]["id"]
+        wait_for(browser, "the model name from /v1/models",
+                 lambda d: d.find_element("id", "model").text == model_id)
 
     # The file button: the thumbnail shows before sending.
     browser.find_element("id", "file").send_keys(str(IMAGE))
@@ -260,8 +267,12 @@ def test_chat_with_an_image_streams_timings_and_new_chat(browser, server):
         assert second["messages"][:2] == [msg, {"role": "assistant", "content": parts[0]["text"]}]
         assert second["messages"][2] == {"role": "user", "content": "And the colours?\nBriefly."}
         assert "12 cached tokens" in parts[1]["timings"], parts[1]["timings"]
+    else:   # the resent history came from the session's cache: at least the first prompt
+        m1, m2 = (re.search(r"(\d+) prompt tokens?.*?(\d+) cached tokens", p["timings"]) for p in parts)
+        assert m1 and m2, [p["timings"] for p in parts]
+        assert int(m2.group(2)) >= int(m1.group(1)), [p["timings"] for p in parts]
 
-    shot = screenshot(browser, "web_chat.png")
+    shot = screenshot(browser, "web_chat_stub.png" if stub else "web_chat.png")
     errors = console_errors(browser)
     assert not errors, f"console errors: {errors}"
 
