@@ -38,7 +38,7 @@ struct Args {
   std::vector<std::string> positional;
   std::string qnn_backend, qnn_system;  // the seed's BACKEND and SYSTEM_LIB, when not "cpu"
   std::int64_t max_new = 0;
-  std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty;
+  std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
   std::optional<std::int32_t> top_k;
   std::optional<std::uint64_t> seed;
   int threads = 0;
@@ -83,6 +83,7 @@ qhx::SamplingParams sampling_from(const Args& a, qhx::SamplingParams s) {
   if (a.min_p) s.min_p = *a.min_p;
   if (a.repeat_penalty) s.repetition_penalty = *a.repeat_penalty;
   if (a.presence_penalty) s.presence_penalty = *a.presence_penalty;
+  if (a.frequency_penalty) s.frequency_penalty = *a.frequency_penalty;
   if (a.seed) s.seed = *a.seed;
   return s;
 }
@@ -293,6 +294,7 @@ int main(int argc, char** argv) {
   app.add_option("--min-p", a.min_p, "drop tokens below min_p x the top probability, in [0, 1]");
   app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
   app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0 = off)");
+  app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty, times each token's count (0 = off)");
   app.add_option("--seed", a.seed, "random seed for sampling");
   app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);
   app.add_option("--system", a.system, "a system message before the user's");

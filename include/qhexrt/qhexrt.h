@@ -215,14 +215,14 @@ typedef int (*qhx_stream_callback)(const char* text, size_t len, void* user);
 /* Options of one answer (versioned). qhx_generation_options_init fills these defaults:
  * max_new_tokens 0, use_manifest_sampling 1, the sampling fields as Hugging Face's
  * neutral values (greedy 0, temperature 1, top_k 0, top_p 1, min_p 0,
- * repetition_penalty 1, presence_penalty 0, seed 0), no stop strings, resize NULL,
- * no callback, keep_step_logits 0. */
+ * repetition_penalty 1, presence_penalty 0, seed 0, frequency_penalty 0), no stop
+ * strings, resize NULL, no callback, keep_step_logits 0. */
 typedef struct qhx_generation_options {
   size_t struct_size;           /* sizeof(qhx_generation_options) */
   int64_t max_new_tokens;       /* <= 0: the manifest's default */
   /* Sampling. use_manifest_sampling != 0: the manifest's parameters, and the
    * fields below up to `seed` are ignored; 0: exactly these fields (each
-   * checked: e.g. temperature > 0 unless greedy). */
+   * checked: e.g. temperature > 0 unless greedy), with frequency_penalty. */
   int use_manifest_sampling;
   int greedy;                   /* != 0: argmax (also implied by temperature == 0) */
   float temperature;
@@ -238,6 +238,10 @@ typedef struct qhx_generation_options {
   qhx_stream_callback on_text;  /* NULL: no streaming */
   void* user;                   /* passed to on_text */
   int keep_step_logits;         /* != 0: keep the logits that chose each generated token */
+  /* API version 3. An explicit filler: version 2's struct ends in padding here, whose bytes a
+   * version 2 program may not have zeroed, so no field is put in it. Ignored. */
+  int32_t reserved_v3;
+  float frequency_penalty;      /* (3) 0 = off; subtracts this times the token's count so far */
 } qhx_generation_options;
 
 /* Fills *options with the defaults above and struct_size = sizeof(qhx_generation_options). */
@@ -245,7 +249,8 @@ int qhx_generation_options_init(qhx_generation_options* options);
 
 /* (API 3) Writes the plan's sampling defaults (the manifest's, or a checkpoint's
  * generation_config.json) into the sampling fields of *options (greedy through
- * seed) and sets use_manifest_sampling = 0; the other fields are left as they
+ * seed, and frequency_penalty if options->struct_size holds it) and sets
+ * use_manifest_sampling = 0; the other fields are left as they
  * are. A caller then changes only the parameters it means to, e.g. temperature = 0
  * for greedy decoding with the plan's repetition penalty. options->struct_size
  * must be set (qhx_generation_options_init). */

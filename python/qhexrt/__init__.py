@@ -308,7 +308,8 @@ class Pipeline:
         return ImageCacheStats(s.hits, s.misses, s.entries, s.bytes, s.capacity_bytes)
 
 
-_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "seed")
+_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+             "frequency_penalty", "seed")
 
 
 class Stream(Iterator[str]):
@@ -451,7 +452,7 @@ class Session:
         given = {k: v for k, v in sampling.items() if v is not None}
         if given:  # the plan's parameters, with the ones given changed
             _check(lib.qhx_pipeline_default_sampling(self.pipeline._handle, ctypes.byref(o)))
-            for k in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty"):
+            for k in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
                 if k in given:
                     setattr(o, k, float(given[k]))
             if "top_k" in given:
@@ -479,20 +480,23 @@ class Session:
              stream: Literal[False] = False, max_tokens: Optional[int] = None, temperature: Optional[float] = None,
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
-             seed: Optional[int] = None, stop: Sequence[str] = (), resize: Optional[str] = None) -> Result: ...
+             frequency_penalty: Optional[float] = None, seed: Optional[int] = None,
+             stop: Sequence[str] = (), resize: Optional[str] = None) -> Result: ...
 
     @overload
     def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *,
              stream: Literal[True], max_tokens: Optional[int] = None, temperature: Optional[float] = None,
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
-             seed: Optional[int] = None, stop: Sequence[str] = (), resize: Optional[str] = None) -> Stream: ...
+             frequency_penalty: Optional[float] = None, seed: Optional[int] = None,
+             stop: Sequence[str] = (), resize: Optional[str] = None) -> Stream: ...
 
     def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *, stream: bool = False,
              max_tokens: Optional[int] = None, temperature: Optional[float] = None,
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
-             seed: Optional[int] = None, stop: Sequence[str] = (), resize: Optional[str] = None
+             frequency_penalty: Optional[float] = None, seed: Optional[int] = None,
+             stop: Sequence[str] = (), resize: Optional[str] = None
              ) -> Union[Result, Stream]:
         """Appends a user turn (the images, then `text`) and answers it; the answer joins the
         conversation. Sampling parameters left as None are the plan's (temperature=0 is greedy
@@ -506,7 +510,8 @@ class Session:
             images = [images]  # one image
         msg = _CMessage("user", text, list(images))  # type: ignore[arg-type]
         sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                        repetition_penalty=repetition_penalty, presence_penalty=presence_penalty, seed=seed)
+                        repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                        frequency_penalty=frequency_penalty, seed=seed)
         opts, keep = self._options(max_tokens, stop, resize, sampling)
         first = self.system is not None and not self._message_count()
         system = _CMessage("system", self.system) if first else None

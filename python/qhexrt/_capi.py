@@ -38,7 +38,8 @@ class GenerationOptions(Structure):
                 ("greedy", c_int), ("temperature", c_float), ("top_k", c_int32), ("top_p", c_float),
                 ("min_p", c_float), ("repetition_penalty", c_float), ("presence_penalty", c_float),
                 ("seed", c_uint64), ("stop", POINTER(c_char_p)), ("n_stop", c_size_t), ("resize", c_char_p),
-                ("on_text", StreamCallback), ("user", c_void_p), ("keep_step_logits", c_int)]
+                ("on_text", StreamCallback), ("user", c_void_p), ("keep_step_logits", c_int),
+                ("reserved_v3", c_int32), ("frequency_penalty", c_float)]   # API version 3
 
 
 class Timings(Structure):

@@ -72,6 +72,8 @@ constexpr std::size_t kPipelineOptionsV2 = offsetof(qhx_pipeline_options, thread
 constexpr std::size_t kGenerationOptionsV2 = offsetof(qhx_generation_options, keep_step_logits) + sizeof(int);
 constexpr std::size_t kTimingsV2 = offsetof(qhx_timings, decode_steps) + sizeof(int64_t);
 constexpr std::size_t kImageCacheStatsV2 = offsetof(qhx_image_cache_stats, capacity_bytes) + sizeof(int64_t);
+// A version 3 field is honoured only if the caller's struct_size reaches its end.
+constexpr std::size_t kGenerationOptionsV3 = offsetof(qhx_generation_options, frequency_penalty) + sizeof(float);
 
 // Checks a caller's struct_size against the v2 minimum.
 template <typename T>
@@ -127,6 +129,7 @@ qhx_generation_options default_generation_options() {
   o.repetition_penalty = s.repetition_penalty;
   o.presence_penalty = s.presence_penalty;
   o.seed = s.seed;
+  o.frequency_penalty = s.frequency_penalty;
   return o;
 }
 
@@ -144,6 +147,7 @@ qhx::GenerationOptions to_cpp(const qhx_generation_options& o) {
     s.repetition_penalty = o.repetition_penalty;
     s.presence_penalty = o.presence_penalty;
     s.seed = o.seed;
+    s.frequency_penalty = o.frequency_penalty;  // the default 0 from a version 2 caller's struct
     g.sampling = s;
   }
   for (std::size_t i = 0; i < o.n_stop; ++i) g.stop.emplace_back(o.stop[i]);  // checked by answer()
@@ -487,7 +491,7 @@ int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_optio
       st != QHX_OK)
     return st;
   return guarded(fn, [&]() -> int {
-    // Every field written here is an API version 2 field, inside any accepted struct_size.
+    // The version 2 fields lie inside any accepted struct_size; frequency_penalty is checked.
     const qhx::SamplingParams& s = pipe->pipe->default_sampling();
     options->use_manifest_sampling = 0;
     options->greedy = s.greedy ? 1 : 0;
@@ -498,6 +502,7 @@ int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_optio
     options->repetition_penalty = s.repetition_penalty;
     options->presence_penalty = s.presence_penalty;
     options->seed = s.seed;
+    if (options->struct_size >= kGenerationOptionsV3) options->frequency_penalty = s.frequency_penalty;
     return QHX_OK;
   });
 }

@@ -32,6 +32,7 @@ SamplingParams parse_sampling(const Section& s) {
   p.min_p = static_cast<float>(s.number("min_p", 0.0));
   p.repetition_penalty = static_cast<float>(s.number("repetition_penalty", 1.0));
   p.presence_penalty = static_cast<float>(s.number("presence_penalty", 0.0));
+  p.frequency_penalty = static_cast<float>(s.number("frequency_penalty", 0.0));
   p.seed = static_cast<std::uint64_t>(s.integer("seed", 0));
   try {
     p.validate();

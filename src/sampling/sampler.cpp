@@ -69,20 +69,21 @@ void check_logits(std::span<const float> logits) {
 }
 
 // HF gathers the logits of input_ids, penalizes them and scatters them back,
-// so a token that occurs many times is still penalized once.
+// so a token that occurs many times is still penalized once by the repetition
+// and presence penalties; the frequency penalty scales with the count.
 void apply_penalties(const SamplingParams& p, std::span<float> logits, std::span<const std::int32_t> history,
-                     std::vector<std::uint8_t>& seen) {
-  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f) return;
-  seen.resize(logits.size());
+                     std::vector<std::uint32_t>& counts) {
+  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
+  counts.resize(logits.size());
+  for (const std::int32_t id : history) ++counts[static_cast<std::size_t>(id)];
   for (const std::int32_t id : history) {
     const auto i = static_cast<std::size_t>(id);
-    if (seen[i] != 0) continue;
-    seen[i] = 1;
+    if (counts[i] == 0) continue;  // already penalized
     float& l = logits[i];
     if (p.repetition_penalty != 1.0f) l = l < 0.0f ? l * p.repetition_penalty : l / p.repetition_penalty;
-    l -= p.presence_penalty;
+    l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(counts[i]);
+    counts[i] = 0;
   }
-  for (const std::int32_t id : history) seen[static_cast<std::size_t>(id)] = 0;
 }
 
 // torch.argmax returns the first maximum, and so does max_element.
@@ -225,13 +226,14 @@ void SamplingParams::validate() const {
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
     fail("sampling: repetition_penalty must be a finite number > 0, got ", repetition_penalty);
   if (!std::isfinite(presence_penalty)) fail("sampling: presence_penalty must be finite, got ", presence_penalty);
+  if (!std::isfinite(frequency_penalty)) fail("sampling: frequency_penalty must be finite, got ", frequency_penalty);
 }
 
 Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) { p_.validate(); }
 
 void Sampler::select(std::span<float> logits, std::span<const std::int32_t> history) {
   check_history(history, logits.size());
-  apply_penalties(p_, logits, history, seen_);
+  apply_penalties(p_, logits, history, counts_);
   if (is_greedy(p_)) {
     check_logits(logits);
     order_.assign(1, argmax(logits));

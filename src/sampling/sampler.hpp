@@ -2,7 +2,8 @@
 //
 // Order of operations follows Hugging Face `generate` (transformers 4.57,
 // GenerationMixin._get_logits_processor with do_sample and one beam):
-// repetition penalty, then presence penalty (not in HF; Qwen recommends it),
+// repetition penalty, then presence and frequency penalties (not in HF; OpenAI's
+// logit -= presence * [count > 0] + frequency * count, counted over the same history),
 // then temperature, top-k, top-p, min-p, softmax, multinomial draw. Every
 // warper keeps at least one token (HF's min_tokens_to_keep = 1 without beams);
 // filtered tokens get logit -inf.
@@ -56,7 +57,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::int32_t> order_;   // scratch: candidate ids, partially sorted by logit
   std::vector<float> probs_;          // scratch: probabilities of order_
-  std::vector<std::uint8_t> seen_;    // scratch: tokens in history (all zero between calls)
+  std::vector<std::uint32_t> counts_;  // scratch: occurrences in history (all zero between calls)
 };
 
 }  // namespace qhx

@@ -6,6 +6,7 @@
  * and the error paths: NULL arguments, struct_size, unreadable images, small
  * buffers. Each failed check prints its line and condition; exit 0 = pass. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,7 +268,7 @@ static void test_versions_and_structs(void) {
   CHECK(go.greedy == 0 && go.temperature == 1.0f && go.top_k == 0 && go.top_p == 1.0f && go.min_p == 0.0f);
   CHECK(go.repetition_penalty == 1.0f && go.presence_penalty == 0.0f && go.seed == 0);
   CHECK(go.stop == NULL && go.n_stop == 0 && go.resize == NULL && go.on_text == NULL && go.user == NULL);
-  CHECK(go.keep_step_logits == 0);
+  CHECK(go.keep_step_logits == 0 && go.frequency_penalty == 0.0f);
   memset(&t, 0x5a, sizeof t);
   CHECK(qhx_timings_init(&t) == QHX_OK && t.struct_size == sizeof t && t.load_ms == 0 && t.decode_steps == 0);
   memset(&cs, 0x5a, sizeof cs);
@@ -656,6 +657,36 @@ static void test_sessions(const char* checkpoint, const char* image_path, const 
     CHECK(same_tokens(s1, s2));
     qhx_result_free(s1);
     qhx_result_free(s2);
+    qhx_message_free(q);
+  }
+
+  /* API 3's frequency penalty: a large one makes greedy decoding avoid every token already in
+   * the conversation, so the answer's tokens are all different. A version 2 struct (its
+   * struct_size ends before the field, whatever bytes lie after) decodes as without it. */
+  {
+    qhx_message* q = text_message("user", "Say the same word again and again.");
+    qhx_generation_options f = greedy(12), v2 = greedy(12);
+    qhx_result *plain, *penalized, *old;
+    const int32_t* ids = NULL;
+    size_t n = 0, i, j;
+    int distinct = 1;
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    plain = send(a, q, &v2);
+    f.frequency_penalty = 100.0f;
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    penalized = send(a, q, &f);
+    CHECK(qhx_result_tokens(penalized, &ids, &n) == QHX_OK && n >= 2);
+    for (i = 0; i < n; ++i)
+      for (j = i + 1; j < n; ++j) distinct = distinct && ids[i] != ids[j];
+    CHECK(distinct);
+    memset(&v2.reserved_v3, 0x5a, sizeof v2 - offsetof(qhx_generation_options, reserved_v3));
+    v2.struct_size = offsetof(qhx_generation_options, reserved_v3) + sizeof v2.reserved_v3;
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    old = send(a, q, &v2);
+    CHECK(same_tokens(plain, old));
+    qhx_result_free(plain);
+    qhx_result_free(penalized);
+    qhx_result_free(old);
     qhx_message_free(q);
   }
 

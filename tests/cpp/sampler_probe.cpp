@@ -27,6 +27,7 @@ qhx::SamplingParams parse_params(const Json& j) {
   p.min_p = j.value("min_p", p.min_p);
   p.repetition_penalty = j.value("repetition_penalty", p.repetition_penalty);
   p.presence_penalty = j.value("presence_penalty", p.presence_penalty);
+  p.frequency_penalty = j.value("frequency_penalty", p.frequency_penalty);
   p.seed = j.value("seed", p.seed);
   return p;
 }

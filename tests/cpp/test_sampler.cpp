@@ -225,6 +225,36 @@ TEST(Sampler, PresencePenaltyFollowsRepetitionPenalty) {
   EXPECT_EQ(logits, (std::vector<float>{0.0f, -5.0f, 0.5f}));
 }
 
+TEST(Sampler, FrequencyPenaltyScalesWithTheCount) {
+  SamplingParams p;
+  p.greedy = true;
+  p.frequency_penalty = 0.25f;
+  std::vector<float> logits = {2.0f, 1.75f, 1.0f, 0.0f};
+  // Token 0 three times: 2 - 0.75; token 1 once: 1.75 - 0.25; token 3 twice: 0 - 0.5.
+  // Penalized once per distinct token, token 0 would stay first (1.75 against 1.5).
+  EXPECT_EQ(Sampler(p).sample(logits, std::vector<std::int32_t>{0, 3, 0, 1, 0, 3}), 1);
+  EXPECT_EQ(logits, (std::vector<float>{1.25f, 1.5f, 1.0f, -0.5f}));
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesAddAfterRepetition) {
+  SamplingParams p;
+  p.greedy = true;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 1.0f;
+  std::vector<float> logits = {4.0f, -1.0f, 3.0f};
+  // (4 / 2) - 0.5 - 2 * 1 = -0.5; (-1 * 2) - 0.5 - 1 = -3.5; token 2 untouched.
+  EXPECT_EQ(Sampler(p).sample(logits, std::vector<std::int32_t>{0, 1, 0}), 2);
+  EXPECT_EQ(logits, (std::vector<float>{-0.5f, -3.5f, 3.0f}));
+  // The counts are cleared between calls: the same history penalizes the same again.
+  Sampler s(p);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> again = {4.0f, -1.0f, 3.0f};
+    s.sample(again, std::vector<std::int32_t>{0, 1, 0});
+    EXPECT_EQ(again, (std::vector<float>{-0.5f, -3.5f, 3.0f})) << "round " << round;
+  }
+}
+
 TEST(Sampler, PenaltiesFeedTheDistribution) {
   SamplingParams p;
   p.repetition_penalty = 2.0f;
@@ -313,6 +343,7 @@ TEST(Sampler, NoAllocationAfterTheFirstCall) {
   p.min_p = 0.01f;
   p.repetition_penalty = 1.1f;
   p.presence_penalty = 1.5f;
+  p.frequency_penalty = 0.5f;
   std::mt19937 gen(3);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   std::vector<float> base(151936);
@@ -363,6 +394,8 @@ TEST(Sampler, ValidateNamesTheParameter) {
   bad([](SamplingParams& p) { p.repetition_penalty = std::nanf(""); }, "repetition_penalty");
   bad([](SamplingParams& p) { p.presence_penalty = kInf; }, "presence_penalty");
   bad([](SamplingParams& p) { p.presence_penalty = std::nanf(""); }, "presence_penalty");
+  bad([](SamplingParams& p) { p.frequency_penalty = -kInf; }, "frequency_penalty");
+  bad([](SamplingParams& p) { p.frequency_penalty = std::nanf(""); }, "frequency_penalty");
 
   SamplingParams edge;  // the inclusive ends are valid
   edge.temperature = 0.0f;

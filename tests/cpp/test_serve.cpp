@@ -71,7 +71,7 @@ TEST(ServeRequest, SamplingFieldsOverrideTheDefaults) {
                         {"min_p", 0.05},
                         {"presence_penalty", 0.25},
                         {"repetition_penalty", 1.1},
-                        {"frequency_penalty", 0},
+                        {"frequency_penalty", -0.5},
                         {"seed", 7},
                         {"n", 1}});
   const auto& s = *r.options.sampling;
@@ -82,6 +82,7 @@ TEST(ServeRequest, SamplingFieldsOverrideTheDefaults) {
   EXPECT_FLOAT_EQ(s.min_p, 0.05f);
   EXPECT_FLOAT_EQ(s.presence_penalty, 0.25f);
   EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -0.5f);
   EXPECT_EQ(s.seed, 7u);
   EXPECT_FALSE(r.options.max_new_tokens);
 }
@@ -109,7 +110,9 @@ TEST(ServeRequest, BadRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000})", "invalid_value", "max_tokens"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "invalid_value", "top_p"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", 1]})", "invalid_type", "stop"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 1})", "unsupported_value",
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5})", "invalid_value",
+       "frequency_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": "1"})", "invalid_type",
        "frequency_penalty"},
       {R"({"messages": [{"role": "assistant", "content": "x"}]})", "invalid_value", "messages[0].role"},
   };

@@ -215,9 +215,8 @@ ChatRequest parse_chat_request(std::string_view body_text, const SamplingParams&
   }
   if (present(body, "min_p")) s.min_p = static_cast<float>(number(body, "min_p", 0, 1));
   if (present(body, "presence_penalty")) s.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2, 2));
-  if (present(body, "frequency_penalty") && number(body, "frequency_penalty", -2, 2) != 0.0)
-    bad_request("'frequency_penalty' is not supported by this runtime (use presence_penalty or repetition_penalty)",
-                "frequency_penalty", "unsupported_value");
+  if (present(body, "frequency_penalty"))
+    s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2, 2));
   if (present(body, "repetition_penalty"))
     s.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 1e-3, 100));
   if (present(body, "seed")) s.seed = static_cast<std::uint64_t>(integer(body, "seed", INT64_MIN, INT64_MAX));

@@ -8,6 +8,7 @@
 
 #include "qhexrt/error.hpp"
 #include "serve/crypto.hpp"
+#include "serve/peer.hpp"
 #include "serve/response.hpp"
 #include "serve/web_index.hpp"  // generated from tools/serve/web/index.html (tools/CMakeLists.txt)
 
@@ -18,6 +19,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kJson = "application/json";
+constexpr int kPeerPollMs = 100;  // how often a waiting request looks at its connection
 
 std::string route_of(const std::string& path) {
   for (const char* known : {"/v1/chat/completions", "/v1/models", "/health", "/metrics", "/"})
@@ -227,10 +229,15 @@ void Server::chat(const httplib::Request& req, httplib::Response& res) {
 
   // Until the first text (or the end), the status is still open: an error before
   // any output — a prompt over the context, an image that does not decode — is
-  // answered with its own status, streaming or not.
+  // answered with its own status, streaming or not. Meanwhile (queued, encoding,
+  // prefilling, or the whole answer when not streaming) nothing is written, so the
+  // connection is watched: a client that left cancels its job.
   {
+    const PeerSocket peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return job->done || (stream && !job->pieces.empty()); });
+    const auto ready = [&] { return job->done || (stream && !job->pieces.empty()); };
+    while (!job->changed.wait_for(lock, std::chrono::milliseconds(kPeerPollMs), ready))
+      if (!job->cancel && peer.closed()) job->cancel = true;
     if (job->done && job->error) {
       if (job->error->status == 503) res.set_header("Retry-After", std::to_string(config_.retry_after_s));
       throw ApiException(*job->error);
