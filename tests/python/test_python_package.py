@@ -142,6 +142,19 @@ def test_greedy_text_equals_qhx_generate(venv_python, tmp_path):
     assert out["timings"]["decode_steps"] > 0 and out["timings"]["prefill_ms"] > 0
 
 
+def test_penalties_reach_the_sampler_as_qhx_generate_passes_them(venv_python, tmp_path):
+    flags = ["--repeat-penalty", "1.3", "--presence-penalty", "0.5", "--frequency-penalty", "2"]
+    ref, plain = qhx_generate(["-p", PROMPT, *flags]), qhx_generate(["-p", PROMPT])
+    assert ref["tokens"] != plain["tokens"], "the penalties changed nothing: the test could not fail"
+    out = run_py(venv_python, f"""
+        s = qhexrt.Pipeline({str(CHECKPOINT)!r}).session()
+        r = s.send({PROMPT!r}, max_tokens={MAX_NEW}, temperature=0, repetition_penalty=1.3,
+                   presence_penalty=0.5, frequency_penalty=2.0)
+        print(json.dumps({{"tokens": r.tokens}}))
+    """, tmp_path)
+    assert out["tokens"] == ref["tokens"], (out, ref["tokens"])
+
+
 def test_image_in_every_form_gives_the_same_tokens(venv_python, tmp_path):
     ref = qhx_generate(["-p", "Describe this image.", "-i", str(IMAGE)])
     out = run_py(venv_python, f"""
