@@ -8,29 +8,30 @@ cd "$QHX_ROOT"
 
 bash scripts/setup.sh
 
-echo "== references: tiny checkpoints written by transformers, fp32 outputs (cached)"
+echo "== [${SECONDS} s] references: tiny checkpoints written by transformers, fp32 outputs (cached)"
 HF_HUB_OFFLINE=1 "$QHX_PY" tests/reference/build_all.py
-echo "== references: the same tiny configs written and computed by transformers 5.x (cached)"
+echo "== [${SECONDS} s] references: the same tiny configs written and computed by transformers 5.x (cached)"
 HF_HUB_OFFLINE=1 "$QHX_PY_TF5" tests/reference/build_all.py --configs tiny_a_tf5,tiny_b_tf5
 bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 context binaries (docs/qnn.md)
 
-echo "== build (Release)"
+echo "== [${SECONDS} s] build (Release)"
 bash scripts/build.sh build
-echo "== qnn-htp bundles of the tiny checkpoints (qhx_export --target qnn-htp; cached)"
+echo "== [${SECONDS} s] qnn-htp bundles of the tiny checkpoints (qhx_export --target qnn-htp; cached)"
 bash scripts/qnn_bundles.sh build
-echo "== C++ tests (Release)"
+echo "== [${SECONDS} s] C++ tests (Release)"
 ctest --test-dir build --output-on-failure -j2
-echo "== the runtime on aarch64 (cross-built; kernel tests and qhx_export + qhx_generate under qemu-aarch64, against build/)"
+echo "== [${SECONDS} s] the runtime on aarch64 (cross-built; kernel tests and qhx_export + qhx_generate under qemu-aarch64, against build/)"
 bash scripts/test_aarch64.sh
 
-echo "== build (ASan + UBSan)"
+echo "== [${SECONDS} s] build (ASan + UBSan)"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZE=ON -DQHX_BENCH=OFF
-echo "== C++ tests (ASan + UBSan)"
+echo "== [${SECONDS} s] C++ tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2
 
-echo "== Python tests: text parity on the plain reference kernels (the oracle path)"
+echo "== [${SECONDS} s] Python tests: text parity on the plain reference kernels (the oracle path)"
 QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q
 
-echo "== Python tests (parity with Hugging Face; fast kernels)"
+echo "== [${SECONDS} s] Python tests (parity with Hugging Face; fast kernels)"
 QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q
+echo "== [${SECONDS} s] all tests passed"
