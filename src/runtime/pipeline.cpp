@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -100,11 +101,14 @@ void Graph::run(std::span<const Binding> in, std::span<const Binding> out) {
 std::byte* SessionState::buffer(const Graph& graph, const IoSpec& spec) {
   auto& b = buffers[graph.name + "." + spec.name];
   if (!b) {
-    std::int64_t n = 1;
-    for (const auto d : spec.shape) n *= d;
+    // Checked: the shape is a product of the context length and config sizes.
+    std::size_t bytes = dtype_size(spec.dtype);
+    for (const auto d : spec.shape)
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
+        fail("graph \"", graph.name, "\": state \"", spec.name, "\" is too large for this machine's address space");
     // Left uninitialized: only positions already written are ever read, and
     // untouched pages of a long context cost no memory.
-    b = make_state_buffer(static_cast<std::size_t>(n) * dtype_size(spec.dtype));
+    b = make_state_buffer(bytes);
   }
   return b.get();
 }
@@ -143,6 +147,7 @@ auto in_manifest(const Manifest& m, const std::string& what, Fn&& fn) {
 
 StateBuffer make_state_buffer(std::size_t bytes) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
+  if (bytes > SIZE_MAX - kHuge) fail("out of memory: a graph's state needs ", bytes, " bytes");
   const std::size_t rounded = std::max<std::size_t>((bytes + kHuge - 1) / kHuge * kHuge, kHuge);
   void* p = std::aligned_alloc(kHuge, rounded);
   if (p == nullptr) fail("out of memory: a graph's state needs ", rounded, " bytes");
