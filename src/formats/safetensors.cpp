@@ -15,8 +15,10 @@
 namespace qhx {
 
 namespace fs = std::filesystem;
-// ordered_json keeps the header's key order, which tensors() promises.
-using Json = nlohmann::ordered_json;
+// Not ordered_json: its objects find a key by linear search, so a header of
+// n tensors took O(n^2) to parse (minutes for 2^18 of them). The header order
+// that tensors() promises is recorded while parsing instead.
+using Json = nlohmann::json;
 
 namespace {
 
@@ -157,10 +159,16 @@ std::map<std::string, std::string> parse_metadata(const fs::path& path, const Js
   return out;
 }
 
+struct ParsedHeader {
+  Json json;
+  std::vector<std::string> order;  // the top-level keys as they appear
+};
+
 // nlohmann silently keeps the last of two equal keys; a checkpoint with a
 // duplicated tensor name is corrupt, so catch it while parsing. The entry count
 // and the nesting are bounded here too, before the tree grows from them.
-Json parse_header_json(const fs::path& path, std::string_view text) {
+ParsedHeader parse_header_json(const fs::path& path, std::string_view text) {
+  ParsedHeader out;
   std::set<std::string> seen;
   Json::parser_callback_t on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
     if (static_cast<std::size_t>(depth) > limits::kJsonDepth)
@@ -173,11 +181,13 @@ Json parse_header_json(const fs::path& path, std::string_view text) {
       if (seen.size() > limits::kTensorsPerFile + 1)
         fail(path.string(), ": header has over ", limits::kTensorsPerFile,
              " tensors (limits::kTensorsPerFile, docs/limits.md)");
+      out.order.push_back(std::move(key));
     }
     return true;
   };
   try {
-    return Json::parse(text.begin(), text.end(), on_event);
+    out.json = Json::parse(text.begin(), text.end(), on_event);
+    return out;
   } catch (const Json::exception& e) {
     fail(path.string(), ": header is not valid JSON: ", e.what());
   }
@@ -250,12 +260,14 @@ Header read_header(const MappedFile& file) {
          " bytes that follow it (truncated or not a safetensors file)");
 
   const auto header_size = static_cast<std::size_t>(header_len);
-  const Json header = parse_header_json(path, as_chars(base + kLengthPrefixBytes, header_size));
+  const ParsedHeader parsed = parse_header_json(path, as_chars(base + kLengthPrefixBytes, header_size));
+  const Json& header = parsed.json;
   if (!header.is_object()) fail(path.string(), ": header must be a JSON object, got ", header.type_name());
 
   const std::byte* data_start = base + kLengthPrefixBytes + header_size;
   const HeaderContext ctx{path, size - kLengthPrefixBytes - header_size};
-  for (const auto& [name, entry] : header.items()) {
+  for (const std::string& name : parsed.order) {
+    const Json& entry = *header.find(name);
     if (name == "__metadata__") {
       out.metadata = parse_metadata(path, entry);
       continue;
