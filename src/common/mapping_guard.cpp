@@ -48,14 +48,16 @@ struct Info {
   timespec mtime{};
 };
 
+// Never destroyed: a MappedFile that outlives static destruction (a static
+// object assigned a mapping late) must still find them.
 std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 
 std::array<Info, limits::kMappedFiles>& infos() {
-  static std::array<Info, limits::kMappedFiles> table;
-  return table;
+  static auto* table = new std::array<Info, limits::kMappedFiles>;
+  return *table;
 }
 
 std::atomic<MappingGroup> g_next_group{1};
