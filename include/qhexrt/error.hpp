@@ -17,6 +17,17 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A file QHexRT has mapped (a model's weights) was truncated or rewritten
+// while it was open: reads past its new end gave zeros instead of ending the
+// process with SIGBUS (docs/bundle.md, "Mapped files"). Whatever used it cannot
+// be trusted again, so a pipeline fails every later request with this error
+// until it is reopened. It names the file; it is the server's fault, not the
+// request's (qhx_serve answers 500).
+class FileChangedError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Concatenates its arguments with operator<< into one string.
 template <typename... Args>
 std::string cat(Args&&... args) {

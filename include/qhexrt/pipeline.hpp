@@ -113,7 +113,10 @@ class Pipeline {
   double load_ms() const;
 
   // Runs the stages for one request in a fresh session. Throws qhx::Error for
-  // a request that cannot run (e.g. a prompt longer than the context).
+  // a request that cannot run (e.g. a prompt longer than the context), and
+  // qhx::FileChangedError (naming the file) for this and every later request
+  // once a file the pipeline mapped was truncated or rewritten: reopen it
+  // (docs/bundle.md, "Mapped files"). Sizes are bounded (docs/limits.md).
   GenerationResult generate(const GenerationRequest& request);
 
   bool takes_images() const;  // the plan has image stages

@@ -64,7 +64,12 @@ const char* qhx_version(void);
  * compare qhx_api_version() >= QHX_API_VERSION at start-up if in doubt. */
 int qhx_api_version(void);
 
-/* Text of the last failure on this thread ("" if none). */
+/* Text of the last failure on this thread ("" if none). A pipeline one of
+ * whose files was truncated or rewritten after it opened fails every request
+ * with QHX_ERR and a message naming the file ("...: the file was truncated or
+ * changed while mapped (...); reopen the model"), not a crash: free it and open
+ * it again (docs/bundle.md, "Mapped files"). Sizes read from files and
+ * requests are bounded (docs/limits.md). */
 const char* qhx_last_error(void);
 
 /* ---- tokenizer (API 1) --------------------------------------------------- */

@@ -87,7 +87,9 @@ class Session {
   ~Session();
 
   // Appends `message` (a user turn) to the conversation and answers it; the
-  // answer joins the conversation as an assistant turn. On an error nothing is
+  // answer joins the conversation as an assistant turn. Errors are as
+  // Pipeline::generate's (a model file changed underneath: FileChangedError,
+  // for every later request too). On an error nothing is
   // appended: the conversation is as it was before the call.
   GenerationResult send(Message message, const GenerationOptions& options = {});
 

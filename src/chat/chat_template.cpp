@@ -5,6 +5,7 @@
 
 #include "chat/jinja.hpp"
 #include "chat/template_file.hpp"
+#include "common/json_limits.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx {
@@ -39,6 +40,7 @@ const std::string& ChatTemplate::name() const { return impl_->name; }
 const std::string& ChatTemplate::source() const { return impl_->source; }
 
 std::string ChatTemplate::render_json(std::string_view context_json) const {
+  check_json_depth(context_json, impl_->name);
   nlohmann::ordered_json context;
   try {
     context = nlohmann::ordered_json::parse(context_json);

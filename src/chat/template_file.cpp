@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::chat {
@@ -15,6 +16,9 @@ namespace {
 std::string read_all(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) qhx::fail(path.string(), ": cannot open the chat template file");
+  std::error_code ec;
+  const auto bytes = fs::file_size(path, ec);
+  if (!ec) qhx::check_json_file_size(bytes, qhx::limits::kJsonFileBytes, path.string(), "limits::kJsonFileBytes");
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -24,7 +28,9 @@ std::string read_all(const fs::path& path) {
 std::optional<std::string> json_template(const fs::path& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_all(path));
+    const std::string text = read_all(path);
+    qhx::check_json_depth(text, path.string());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     qhx::fail(path.string(), ": not valid JSON (", e.what(), ")");
   }

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "backends/cpu/weights.hpp"
+#include "common/mapping_guard.hpp"
 #include "export/bundle_manifests.hpp"
 #include "formats/bundle_writer.hpp"
 #include "formats/quantize.hpp"
@@ -118,7 +119,11 @@ ExportSummary export_bundle(const ExportOptions& o) {
   const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
   // Before any file is written: a broken generation or preprocessor config stops the export.
   const HfDirPlan hf = hf_dir_plan(o.hf_dir);
-  const Checkpoint ck = Checkpoint::open(o.hf_dir);
+  const MappingGroup source_files = new_mapping_group();
+  const Checkpoint ck = [&] {
+    const MappingGroupScope scope(source_files);
+    return Checkpoint::open(o.hf_dir);
+  }();
   if (!std::filesystem::exists(o.hf_dir / "tokenizer.json")) fail(o.hf_dir.string(), ": no tokenizer.json");
   std::filesystem::create_directories(o.out_dir);
 
@@ -140,6 +145,8 @@ ExportSummary export_bundle(const ExportOptions& o) {
     progress.set_file(file);
     BundleWriter w(o.out_dir / file, meta(role));
     fill(w);
+    // A source shard truncated meanwhile reads zeros: never finish a file from them.
+    check_mapped_files(source_files, /*stat_files=*/true);
     w.finish();
   };
   // Matrices of the vision blocks and the LLM in the chosen format; the lm-head is

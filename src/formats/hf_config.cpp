@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.hpp"
 #include "common/json_section.hpp"
+#include "common/limits.hpp"
 #include "common/mapped_file.hpp"
 #include "qhexrt/error.hpp"
 
@@ -204,8 +206,17 @@ class Checker {
   void require(bool ok, std::string_view path, const std::string& problem) const {
     if (!ok) fail(source_, ": ", path, ": ", problem);
   }
+  // A size: positive and bounded, so the products the model computes from
+  // two of them and a layer count cannot overflow.
   void positive(std::int64_t v, std::string_view path) const {
     require(v > 0, path, cat("must be > 0, got ", v));
+    require(v <= limits::kModelDimension, path,
+            cat(v, " is over the limit of ", limits::kModelDimension, " (limits::kModelDimension, docs/limits.md)"));
+  }
+  void layers(std::int64_t v, std::string_view path) const {
+    require(v > 0, path, cat("must be > 0, got ", v));
+    require(v <= limits::kModelLayers, path,
+            cat(v, " layers is over the limit of ", limits::kModelLayers, " (limits::kModelLayers, docs/limits.md)"));
   }
   void positive_finite(double v, std::string_view path) const {
     require(std::isfinite(v) && v > 0, path, cat("must be a finite number > 0, got ", v));
@@ -230,7 +241,7 @@ void validate_text(const Checker& c, const Qwen3VLTextConfig& t) {
   c.positive(t.vocab_size, "text_config.vocab_size");
   c.positive(t.hidden_size, "text_config.hidden_size");
   c.positive(t.intermediate_size, "text_config.intermediate_size");
-  c.positive(t.num_hidden_layers, "text_config.num_hidden_layers");
+  c.layers(t.num_hidden_layers, "text_config.num_hidden_layers");
   c.positive(t.num_attention_heads, "text_config.num_attention_heads");
   c.positive(t.num_key_value_heads, "text_config.num_key_value_heads");
   c.positive(t.head_dim, "text_config.head_dim");
@@ -257,7 +268,7 @@ void validate_text(const Checker& c, const Qwen3VLTextConfig& t) {
 }
 
 void validate_vision(const Checker& c, const Qwen3VLVisionConfig& v, const Qwen3VLTextConfig& t) {
-  c.positive(v.depth, "vision_config.depth");
+  c.layers(v.depth, "vision_config.depth");
   c.positive(v.hidden_size, "vision_config.hidden_size");
   c.positive(v.num_heads, "vision_config.num_heads");
   c.positive(v.intermediate_size, "vision_config.intermediate_size");
@@ -268,6 +279,7 @@ void validate_vision(const Checker& c, const Qwen3VLVisionConfig& v, const Qwen3
   c.positive(v.num_position_embeddings, "vision_config.num_position_embeddings");
   c.require(v.spatial_merge_size >= 1, "vision_config.spatial_merge_size",
             cat("must be >= 1, got ", v.spatial_merge_size));
+  c.positive(v.spatial_merge_size, "vision_config.spatial_merge_size");
   c.require(v.hidden_size % v.num_heads == 0, "vision_config.num_heads",
             cat(v.num_heads, " does not divide hidden_size ", v.hidden_size));
   // head_dim / 2 angles per patch (half row, half column), each from head_dim / 4 frequencies.
@@ -306,6 +318,7 @@ void validate_token_ids(const Checker& c, const Qwen3VLConfig& cfg) {
 }
 
 Json parse_json(std::string_view text, std::string_view source) {
+  check_json_text(text, source);
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {
@@ -340,8 +353,10 @@ Qwen3VLConfig parse_qwen3vl_config(std::string_view json_text, std::string_view 
 
 Qwen3VLConfig load_qwen3vl_config(const std::filesystem::path& config_json) {
   const MappedFile file(config_json);  // throws naming the path
-  const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
-  return parse_qwen3vl_config(text, config_json.string());
+  return file.parse([&](const MappedFile& f) {
+    return parse_qwen3vl_config(std::string_view(reinterpret_cast<const char*>(f.data()), f.size()),
+                                config_json.string());
+  });
 }
 
 }  // namespace qhx

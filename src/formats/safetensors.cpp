@@ -7,20 +7,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.hpp"
+#include "common/limits.hpp"
 #include "common/mapped_file.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx {
 
 namespace fs = std::filesystem;
-// ordered_json keeps the header's key order, which tensors() promises.
-using Json = nlohmann::ordered_json;
+// Not ordered_json: its objects find a key by linear search, so a header of
+// n tensors took O(n^2) to parse (minutes for 2^18 of them). The header order
+// that tensors() promises is recorded while parsing instead.
+using Json = nlohmann::json;
 
 namespace {
 
-// Real headers are a few hundred KiB even for 100B-parameter models; a larger
-// length is a corrupt or hostile file, and parsing it would only waste memory.
-constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr std::size_t kLengthPrefixBytes = 8;
 
 // Little-endian regardless of the host, as the format specifies.
@@ -58,6 +59,9 @@ std::vector<std::int64_t> parse_shape(const HeaderContext& ctx, const std::strin
   const auto it = entry.find("shape");
   if (it == entry.end()) tensor_fail(ctx, name, "missing \"shape\"");
   if (!it->is_array()) tensor_fail(ctx, name, cat("\"shape\" must be an array, got ", it->type_name()));
+  if (it->size() > limits::kTensorRank)
+    tensor_fail(ctx, name, cat("shape has ", it->size(), " dimensions, over the limit of ", limits::kTensorRank,
+                               " (limits::kTensorRank, docs/limits.md)"));
   std::vector<std::int64_t> shape;
   shape.reserve(it->size());
   for (const auto& dim : *it) {
@@ -155,19 +159,35 @@ std::map<std::string, std::string> parse_metadata(const fs::path& path, const Js
   return out;
 }
 
+struct ParsedHeader {
+  Json json;
+  std::vector<std::string> order;  // the top-level keys as they appear
+};
+
 // nlohmann silently keeps the last of two equal keys; a checkpoint with a
-// duplicated tensor name is corrupt, so catch it while parsing.
-Json parse_header_json(const fs::path& path, std::string_view text) {
+// duplicated tensor name is corrupt, so catch it while parsing. The entry count
+// and the nesting are bounded here too, before the tree grows from them.
+ParsedHeader parse_header_json(const fs::path& path, std::string_view text) {
+  ParsedHeader out;
   std::set<std::string> seen;
   Json::parser_callback_t on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (static_cast<std::size_t>(depth) > limits::kJsonDepth)
+      fail(path.string(), ": header nests deeper than ", limits::kJsonDepth,
+           " levels (limits::kJsonDepth, docs/limits.md)");
     if (event == Json::parse_event_t::key && depth == 1) {
       auto key = parsed.get<std::string>();
       if (!seen.insert(key).second) fail(path.string(), ": duplicate tensor name '", key, "' in header");
+      // One of them may be __metadata__.
+      if (seen.size() > limits::kTensorsPerFile + 1)
+        fail(path.string(), ": header has over ", limits::kTensorsPerFile,
+             " tensors (limits::kTensorsPerFile, docs/limits.md)");
+      out.order.push_back(std::move(key));
     }
     return true;
   };
   try {
-    return Json::parse(text.begin(), text.end(), on_event);
+    out.json = Json::parse(text.begin(), text.end(), on_event);
+    return out;
   } catch (const Json::exception& e) {
     fail(path.string(), ": header is not valid JSON: ", e.what());
   }
@@ -215,35 +235,58 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
-SafetensorsFile SafetensorsFile::open(const fs::path& path) {
-  auto impl = std::make_unique<Impl>();
-  impl->file = MappedFile(path);
-  const std::byte* base = impl->file.data();
-  const std::size_t size = impl->file.size();
+namespace {
+
+struct Header {
+  std::vector<TensorView> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// The header and every tensor's byte range, checked against the file's size.
+Header read_header(const MappedFile& file) {
+  Header out;
+  const fs::path& path = file.path();
+  const std::byte* base = file.data();
+  const std::size_t size = file.size();
 
   if (size < kLengthPrefixBytes)
     fail(path.string(), ": file is ", size, " bytes, too short for the 8-byte safetensors header length");
   const std::uint64_t header_len = read_le_u64(base);
+  if (header_len > limits::kSafetensorsHeaderBytes)
+    fail(path.string(), ": header length ", header_len, " exceeds the ", limits::kSafetensorsHeaderBytes,
+         "-byte limit (limits::kSafetensorsHeaderBytes, docs/limits.md)");
   if (header_len > size - kLengthPrefixBytes)
     fail(path.string(), ": header length ", header_len, " exceeds the ", size - kLengthPrefixBytes,
          " bytes that follow it (truncated or not a safetensors file)");
-  if (header_len > kMaxHeaderBytes)
-    fail(path.string(), ": header length ", header_len, " exceeds the ", kMaxHeaderBytes, "-byte limit");
 
   const auto header_size = static_cast<std::size_t>(header_len);
-  const Json header = parse_header_json(path, as_chars(base + kLengthPrefixBytes, header_size));
+  const ParsedHeader parsed = parse_header_json(path, as_chars(base + kLengthPrefixBytes, header_size));
+  const Json& header = parsed.json;
   if (!header.is_object()) fail(path.string(), ": header must be a JSON object, got ", header.type_name());
 
   const std::byte* data_start = base + kLengthPrefixBytes + header_size;
   const HeaderContext ctx{path, size - kLengthPrefixBytes - header_size};
-  for (const auto& [name, entry] : header.items()) {
+  for (const std::string& name : parsed.order) {
+    const Json& entry = *header.find(name);
     if (name == "__metadata__") {
-      impl->metadata = parse_metadata(path, entry);
+      out.metadata = parse_metadata(path, entry);
       continue;
     }
-    impl->tensors.push_back(parse_tensor(ctx, name, entry, data_start));
+    out.tensors.push_back(parse_tensor(ctx, name, entry, data_start));
   }
-  check_no_overlap(path, impl->tensors, data_start);
+  check_no_overlap(path, out.tensors, data_start);
+  return out;
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const fs::path& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->file = MappedFile(path);
+  // A file truncated between open and here reads zeros: say so, not "corrupt header".
+  Header header = impl->file.parse(read_header);
+  impl->tensors = std::move(header.tensors);
+  impl->metadata = std::move(header.metadata);
   for (std::size_t i = 0; i < impl->tensors.size(); ++i) impl->index.emplace(impl->tensors[i].name, i);
   return SafetensorsFile(std::move(impl));
 }
@@ -294,11 +337,15 @@ namespace {
 
 Json read_index_json(const fs::path& index_path) {
   const MappedFile file(index_path);
-  try {
-    return Json::parse(as_chars(file.data(), file.size()));
-  } catch (const Json::exception& e) {
-    fail(index_path.string(), ": not valid JSON: ", e.what());
-  }
+  return file.parse([&](const MappedFile& f) {
+    const std::string_view text = as_chars(f.data(), f.size());
+    check_json_text(text, index_path.string());
+    try {
+      return Json::parse(text);
+    } catch (const Json::exception& e) {
+      fail(index_path.string(), ": not valid JSON: ", e.what());
+    }
+  });
 }
 
 // Shards must sit next to the index: a name that reaches elsewhere would let a

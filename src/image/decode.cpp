@@ -48,8 +48,10 @@ const char* unsupported_format(std::span<const std::uint8_t> b) {
 
 RgbImage load_image(const std::filesystem::path& path, const DecodeLimits& limits) {
   const MappedFile file(path);
-  const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(file.data()), file.size());
-  return decode_image(bytes, path.string(), limits);
+  return file.parse([&](const MappedFile& f) {
+    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(f.data()), f.size());
+    return decode_image(bytes, path.string(), limits);
+  });
 }
 
 RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name, const DecodeLimits& limits) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/json_limits.hpp"
 #include "common/json_section.hpp"
 #include "qhexrt/error.hpp"
 
@@ -12,6 +13,7 @@ namespace qhx {
 namespace {
 
 Json parse_object(std::string_view text, const std::string& source) {
+  check_json_text(text, source);
   Json j;
   try {
     j = Json::parse(text);
@@ -25,6 +27,9 @@ Json parse_object(std::string_view text, const std::string& source) {
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) fail(p.string(), ": cannot read");
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(p, ec);
+  if (!ec) check_json_file_size(bytes, limits::kJsonFileBytes, p.string(), "limits::kJsonFileBytes");
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();

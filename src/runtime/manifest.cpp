@@ -9,7 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_limits.hpp"
 #include "common/json_section.hpp"
+#include "common/limits.hpp"
 #include "common/mapped_file.hpp"
 #include "runtime/hf_dir_plan.hpp"
 
@@ -20,6 +22,15 @@ std::int64_t positive(const Section& s, std::string_view key, std::int64_t fallb
   if (required && s.find(key) == nullptr) s.fail_at(key, "missing");
   const std::int64_t v = s.integer(key, fallback);
   if (v <= 0) s.fail_at(key, cat("must be > 0, got ", v));
+  return v;
+}
+
+// positive() and at most `limit`: these sizes become allocations (the KV
+// cache, an image's pixels) and factors of products that must not overflow.
+std::int64_t bounded(const Section& s, std::string_view key, std::int64_t fallback, bool required, std::int64_t limit,
+                     const char* limit_name) {
+  const std::int64_t v = positive(s, key, fallback, required);
+  if (v > limit) s.fail_at(key, cat(v, " is over the limit of ", limit, " (", limit_name, ", docs/limits.md)"));
   return v;
 }
 
@@ -57,6 +68,7 @@ const std::vector<std::string>& known_stage_ops() {
 }
 
 Manifest parse_manifest(std::string_view json_text, const std::string& source, const std::filesystem::path& dir) {
+  check_json_text(json_text, source);
   Json root;
   try {
     root = Json::parse(json_text);
@@ -93,9 +105,10 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
   m.chat_template = top.string("chat_template", m.model);
   if (m.chat_template.empty())
     top.fail_at("chat_template", "empty (the model's name, \"none\", or a chat template file)");
-  m.context_length = positive(top, "context_length", 0, true);
-  m.prefill_chunk = positive(top, "prefill_chunk", 0, true);
-  m.max_new_tokens = positive(top, "max_new_tokens", 256, false);
+  constexpr auto kContext = limits::kContextLength;
+  m.context_length = bounded(top, "context_length", 0, true, kContext, "limits::kContextLength");
+  m.prefill_chunk = bounded(top, "prefill_chunk", 0, true, kContext, "limits::kContextLength");
+  m.max_new_tokens = bounded(top, "max_new_tokens", 256, false, kContext, "limits::kContextLength");
   if (top.has_value("sampling")) m.sampling = parse_sampling(top.object("sampling"));
 
   if (const Json* stops = top.find("stop_tokens")) {
@@ -123,10 +136,13 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     m.image.resize = im.string("resize", "native");
     if (m.image.resize != "fixed" && m.image.resize != "native")
       im.fail_at("resize", cat("expected \"fixed\" or \"native\", got \"", m.image.resize, "\""));
-    m.image.size = positive(im, "size", 512, false);
-    m.image.min_pixels = positive(im, "min_pixels", 65536, false);
-    m.image.max_pixels = positive(im, "max_pixels", 16777216, false);
-    m.image.max_decode_pixels = positive(im, "max_decode_pixels", 100'000'000, false);
+    constexpr auto kPixels = limits::kImagePixels;
+    constexpr auto kSide = std::int64_t{1} << 14;  // kSide * kSide == kPixels: a fixed resize's S x S
+    static_assert(kSide * kSide == kPixels);
+    m.image.size = bounded(im, "size", 512, false, kSide, "limits::kImagePixels as a square");
+    m.image.min_pixels = bounded(im, "min_pixels", 65536, false, kPixels, "limits::kImagePixels");
+    m.image.max_pixels = bounded(im, "max_pixels", 16777216, false, kPixels, "limits::kImagePixels");
+    m.image.max_decode_pixels = bounded(im, "max_decode_pixels", 100'000'000, false, kPixels, "limits::kImagePixels");
     if (m.image.min_pixels > m.image.max_pixels) im.fail_at("min_pixels", "must not exceed max_pixels");
   }
 
@@ -178,9 +194,11 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
 }
 
 Manifest load_manifest(const std::filesystem::path& path) {
-  const MappedFile f(path);
-  const std::string_view text(reinterpret_cast<const char*>(f.data()), f.size());
-  return parse_manifest(text, path.string(), path.parent_path());
+  const MappedFile file(path);
+  return file.parse([&](const MappedFile& f) {
+    const std::string_view text(reinterpret_cast<const char*>(f.data()), f.size());
+    return parse_manifest(text, path.string(), path.parent_path());
+  });
 }
 
 nlohmann::json qwen3vl_vlm_stages() {

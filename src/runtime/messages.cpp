@@ -2,6 +2,7 @@
 // --messages file (or an HTTP client) gives them in.
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/session.hpp"
 #include "runtime/run_context.hpp"
@@ -83,6 +84,7 @@ ContentPart parse_part(const nlohmann::json& j, const std::string& where, const 
 
 std::vector<Message> parse_messages(std::string_view json_text, const std::string& source,
                                     const std::filesystem::path& base) {
+  check_json_depth(json_text, source);
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json_text);

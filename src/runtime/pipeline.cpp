@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -11,6 +12,8 @@
 #include "backends/qnn/qnn_runtime.hpp"
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_set.hpp"
+#include "common/limits.hpp"
+#include "common/mapping_guard.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
@@ -92,16 +95,20 @@ void Graph::run(std::span<const Binding> in, std::span<const Binding> out) {
   const auto ins = order_bindings(*this, inputs, in, "input");
   const auto outs = order_bindings(*this, outputs, out, "output");
   delegate->execute(ins, outs);
+  check_mapped_files(mappings);
 }
 
 std::byte* SessionState::buffer(const Graph& graph, const IoSpec& spec) {
   auto& b = buffers[graph.name + "." + spec.name];
   if (!b) {
-    std::int64_t n = 1;
-    for (const auto d : spec.shape) n *= d;
+    // Checked: the shape is a product of the context length and config sizes.
+    std::size_t bytes = dtype_size(spec.dtype);
+    for (const auto d : spec.shape)
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
+        fail("graph \"", graph.name, "\": state \"", spec.name, "\" is too large for this machine's address space");
     // Left uninitialized: only positions already written are ever read, and
     // untouched pages of a long context cost no memory.
-    b = make_state_buffer(static_cast<std::size_t>(n) * dtype_size(spec.dtype));
+    b = make_state_buffer(bytes);
   }
   return b.get();
 }
@@ -140,6 +147,7 @@ auto in_manifest(const Manifest& m, const std::string& what, Fn&& fn) {
 
 StateBuffer make_state_buffer(std::size_t bytes) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
+  if (bytes > SIZE_MAX - kHuge) fail("out of memory: a graph's state needs ", bytes, " bytes");
   const std::size_t rounded = std::max<std::size_t>((bytes + kHuge - 1) / kHuge * kHuge, kHuge);
   void* p = std::aligned_alloc(kHuge, rounded);
   if (p == nullptr) fail("out of memory: a graph's state needs ", rounded, " bytes");
@@ -160,6 +168,7 @@ void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg
   }
   Graph g;
   g.name = name;
+  g.mappings = res.mappings;
   g.delegate = create_delegate(mg.backend, blob);
   g.inputs = g.delegate->input_specs();
   g.outputs = g.delegate->output_specs();
@@ -243,6 +252,9 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
   Resources& res = impl->res;
+  // Every file mapped from here on (on this thread) is the pipeline's.
+  res.mappings = new_mapping_group();
+  const MappingGroupScope mapping_scope(res.mappings);
   res.manifest = resolve_manifest(path, want_images);
   if (!options.qnn_backend_library.empty() || !options.qnn_system_library.empty()) {
     qnn::LibraryNames names;
@@ -299,6 +311,9 @@ double Pipeline::load_ms() const { return impl_->load_ms; }
 GenerationResult Pipeline::Impl::run(const TurnInput& input, const GenerationOptions& options, SessionState& state,
                                      std::string* full_text) {
   std::lock_guard lock(run_mutex);
+  // A pipeline whose file was truncated or rewritten fails this and every
+  // later request (its weights are gone), and never answers from zeros.
+  check_mapped_files(res.mappings, /*stat_files=*/true);
   GenerationResult result;
   RunContext ctx{input, options, result, res, state};
   const Manifest& m = res.manifest;
@@ -306,11 +321,19 @@ GenerationResult Pipeline::Impl::run(const TurnInput& input, const GenerationOpt
   if (ctx.max_new_tokens < 1) fail("max new tokens must be >= 1, got ", ctx.max_new_tokens);
   if (ctx.max_new_tokens >= m.context_length)
     fail("max new tokens (", ctx.max_new_tokens, ") must be below the context length (", m.context_length, ")");
-  if (!input.images().empty() && !has_image_stages(m))
+  const std::size_t n_images = input.images().size();
+  if (n_images > 0 && !has_image_stages(m))
     fail(m.source, ": this plan has no image stages (a text-only manifest); it cannot take an image");
+  if (n_images > limits::kImagesPerRequest)
+    fail("the conversation has ", n_images, " images, over the limit of ", limits::kImagesPerRequest,
+         " per request (limits::kImagesPerRequest, docs/limits.md)");
   ctx.sampling = options.sampling.value_or(m.sampling);
   ctx.sampling.validate();
-  for (const auto& stage : stages) stage->run(ctx);
+  for (const auto& stage : stages) {
+    stage->run(ctx);
+    check_mapped_files(res.mappings);  // host stages read mapped tables too
+  }
+  check_mapped_files(res.mappings, /*stat_files=*/true);
   result.timings.load_ms = load_ms;
   if (full_text != nullptr) *full_text = std::move(ctx.full_text);
   return result;

@@ -17,6 +17,7 @@
 
 #include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
+#include "common/mapping_guard.hpp"
 #include "models/model_family.hpp"
 #include "qhexrt/chat_template.hpp"
 #include "qhexrt/pipeline.hpp"
@@ -61,6 +62,7 @@ struct Binding {
 struct Graph {
   std::string name;
   std::unique_ptr<Delegate> delegate;
+  MappingGroup mappings = kNoMappingGroup;  // the pipeline's files, checked after every run
   std::vector<IoSpec> inputs, outputs;
   std::vector<float> hidden;          // [T, hidden] output buffer of the language model, reused
   std::vector<std::uint8_t> no_mask;  // [T] zeros, for calls without images
@@ -74,12 +76,15 @@ struct Graph {
   // Whether the contract has an optional input (a decode block graph has no DeepStack input).
   bool has_input(std::string_view name) const;
   // Runs the graph with tensors bound by name: every input and output of the
-  // contract must be bound, and nothing else.
+  // contract must be bound, and nothing else. Throws FileChangedError when one
+  // of the pipeline's files was lost meanwhile: outputs computed over zeros are
+  // never used.
   void run(std::initializer_list<Binding> inputs, std::initializer_list<Binding> outputs);
   void run(std::span<const Binding> inputs, std::span<const Binding> outputs);
 };
 
 struct Resources {
+  MappingGroup mappings = kNoMappingGroup;  // every file the pipeline mapped while it opened
   Manifest manifest;
   std::unique_ptr<ModelFamily> family;  // the manifest's "model"
   std::optional<ChatTemplate> chat_template;  // a template file; else the family's built-in one renders

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "common/json_limits.hpp"
+#include "common/limits.hpp"
 #include "common/mapped_file.hpp"
 #include "common/utf8.hpp"
 #include "qhexrt/error.hpp"
@@ -72,8 +74,11 @@ struct Reader {
   std::string_view type_of(element e, std::string_view path) const { return type_of(obj(e, path), path); }
 };
 
-// Ids are int32 and tables are indexed by id; no real vocabulary comes close.
-constexpr std::int64_t kMaxTokens = 1 << 24;
+constexpr std::int64_t kMaxTokens = limits::kVocabularyTokens;
+
+std::string id_range(std::int64_t id) {
+  return cat("id ", id, " out of range [0, ", kMaxTokens, ") (limits::kVocabularyTokens, docs/limits.md)");
+}
 
 struct AddedToken {
   std::string content;
@@ -104,9 +109,14 @@ struct Tokenizer::Impl {
 void Tokenizer::Impl::load(const simdjson::padded_string& json, std::string_view source) {
   const Reader r{source};
   simdjson::dom::parser parser;
+  if (auto err = parser.allocate(json.size(), limits::kJsonDepth); err != simdjson::SUCCESS)
+    fail(source, ": cannot parse (", simdjson::error_message(err), ")");
   element root;
-  if (auto err = parser.parse(json).get(root); err != simdjson::SUCCESS)
+  if (auto err = parser.parse(json).get(root); err != simdjson::SUCCESS) {
+    if (err == simdjson::DEPTH_ERROR)
+      fail(source, ": JSON nests deeper than ", limits::kJsonDepth, " levels (limits::kJsonDepth, docs/limits.md)");
     fail(source, ": not valid JSON (", simdjson::error_message(err), ")");
+  }
   const object top = r.obj(root, "(root)");
 
   // normalizer: NFC or none.
@@ -170,7 +180,7 @@ void Tokenizer::Impl::load(const simdjson::padded_string& json, std::string_view
   for (auto [key, value] : vocab) {
     std::int64_t id = 0;
     if (value.get(id) != simdjson::SUCCESS) r.bad(cat("model.vocab[\"", key, "\"]"), "expected an integer id");
-    if (id < 0 || id >= kMaxTokens) r.bad(cat("model.vocab[\"", key, "\"]"), cat("id ", id, " out of range"));
+    if (id < 0 || id >= kMaxTokens) r.bad(cat("model.vocab[\"", key, "\"]"), id_range(id));
     if (key.empty()) r.bad("model.vocab", "empty token string");
     const auto uid = static_cast<std::size_t>(id);
     if (uid >= id_to_token.size()) id_to_token.resize(uid + 1);
@@ -228,7 +238,7 @@ void Tokenizer::Impl::load(const simdjson::padded_string& json, std::string_view
       const std::string path = cat("added_tokens[", k++, "]");
       const object o = r.obj(t, path);
       const std::int64_t id = r.int64(r.need(o, "id", path), path + ".id");
-      if (id < 0 || id >= kMaxTokens) r.bad(path + ".id", cat("id ", id, " out of range"));
+      if (id < 0 || id >= kMaxTokens) r.bad(path + ".id", id_range(id));
       const std::string_view content = r.str(r.need(o, "content", path), path + ".content");
       if (content.empty()) r.bad(path + ".content", "empty");
       if (utf8::first_invalid(content) != content.size()) r.bad(path + ".content", "not valid UTF-8");
@@ -289,6 +299,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view source) {
+  check_json_file_size(json_text.size(), limits::kTokenizerJsonBytes, source, "limits::kTokenizerJsonBytes");
   auto impl = std::make_unique<Impl>();
   impl->load(simdjson::padded_string(json_text), source);
   return Tokenizer(std::move(impl));
@@ -296,8 +307,12 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view sour
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   const MappedFile file(path);  // names the path in its errors
+  check_json_file_size(file.size(), limits::kTokenizerJsonBytes, path.string(), "limits::kTokenizerJsonBytes");
+  // The copy for simdjson is taken while mapped; the parse is of the copy.
+  auto json = file.parse(
+      [](const MappedFile& f) { return simdjson::padded_string(reinterpret_cast<const char*>(f.data()), f.size()); });
   auto impl = std::make_unique<Impl>();
-  impl->load(simdjson::padded_string(reinterpret_cast<const char*>(file.data()), file.size()), path.string());
+  impl->load(json, path.string());
   return Tokenizer(std::move(impl));
 }
 

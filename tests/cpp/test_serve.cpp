@@ -131,6 +131,16 @@ TEST(ServeRequest, TooManyImages) {
   EXPECT_EQ(e.code, "too_many_images");
 }
 
+TEST(ServeRequest, JsonNestedTooDeep) {
+  // limits::kJsonDepth (64), docs/limits.md: refused before the body becomes a tree.
+  const std::string deep = std::string(65, '[') + std::string(65, ']');
+  const auto e = error_of("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"x\": " + deep + "}]}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "invalid_json");
+  EXPECT_NE(e.message.find("limits::kJsonDepth"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("the request body"), std::string::npos) << e.message;
+}
+
 TEST(ServeRequest, SniffsTheImageFormats) {
   using qhx::serve::sniff_image;
   EXPECT_EQ(sniff_image({0xFF, 0xD8, 0xFF, 0xE0}), "jpeg");

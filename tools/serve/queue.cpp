@@ -157,6 +157,10 @@ void ModelQueue::finish(Job& job) {
     slots_[slot]->last_used = ++clock_;
     try {
       result = slots_[slot]->session.respond(std::move(job.request.messages), options);
+    } catch (const FileChangedError& e) {
+      // A model file was truncated or rewritten under the server: no request
+      // can succeed until it is restarted, and none is the client's fault.
+      error = ApiError{500, e.what(), "", "model_file_changed"};
     } catch (const Error& e) {
       // What the request asked for could not run (a prompt over the context, an
       // image that does not decode, ...): the client's to fix.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/json_limits.hpp"
 #include "qhexrt/error.hpp"
 #include "serve/crypto.hpp"
 #include "serve/errors.hpp"
@@ -161,6 +162,11 @@ std::string sniff_image(const std::vector<std::uint8_t>& b) {
 
 ChatRequest parse_chat_request(std::string_view body_text, const SamplingParams& defaults,
                                const RequestLimits& limits) {
+  try {
+    check_json_depth(body_text, "the request body");
+  } catch (const Error& e) {
+    bad_request(e.what(), "", "invalid_json");
+  }
   json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded()) bad_request("the request body is not valid JSON", "", "invalid_json");
   if (!body.is_object()) bad_request(cat("the request body must be a JSON object, got ", type_name(body)), "",

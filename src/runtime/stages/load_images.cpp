@@ -33,8 +33,11 @@ void with_encoded(const ImageSource& src, Fn&& fn) {
     if (src.label.empty()) throw;
     fail("image ", src.name(), ": ", e.what());  // the label says where the image is (e.g. which message)
   }
-  const MappedFile& file = *mapped;
-  fn(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(file.data()), file.size()));
+  // An image rewritten while it is decoded is an error naming it, not a crash or garbage pixels.
+  mapped->parse([&](const MappedFile& file) {
+    fn(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(file.data()), file.size()));
+    return true;
+  });
 }
 
 void set_grid(RunContext& ctx, RunContext::Image& im) {

@@ -4,6 +4,7 @@
 // marked as needed.
 #include <algorithm>
 
+#include "common/limits.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/stage.hpp"
 
@@ -42,6 +43,9 @@ class TokenizeStage final : public Stage {
       text = ctx.res.chat_template ? ctx.res.chat_template->render(*ctx.input.messages, /*add_generation_prompt=*/true)
                                    : ctx.res.family->render_chat(*ctx.input.messages, /*add_generation_prompt=*/true);
     }
+    if (text.size() > limits::kPromptBytes)
+      fail("the prompt is ", text.size(), " bytes of text, over the limit of ", limits::kPromptBytes,
+           " (limits::kPromptBytes, docs/limits.md)");
     ctx.ids = expand_image_pads(ctx.res.tokenizer->encode(text), ctx);
     if (ctx.ids.empty()) fail("the prompt is empty: nothing to generate from");
     const auto L = static_cast<std::int64_t>(ctx.ids.size());
