@@ -13,7 +13,7 @@ void pause_at(const char* point) {
   if (want == nullptr || std::strcmp(want, point) != 0) return;
   std::fprintf(stderr, "qhx_export: paused at %s (test hook)\n", point);
   std::fflush(stderr);
-  for (;;) ::pause();
+  ::pause();  // until a signal: SIGKILL ends it here; a handled SIGINT resumes, and the export stops as interrupted
 }
 
 bool no_exchange() {

@@ -3,7 +3,8 @@
 // a guessed delay. Nothing else sets them.
 //
 //   QHX_EXPORT_TEST_PAUSE_AT=<point>   at <point>, print "qhx_export: paused at <point>" to
-//                                      stderr and wait (for SIGKILL)
+//                                      stderr and wait for a signal (SIGKILL; after a SIGINT
+//                                      the export goes on, to stop as interrupted)
 //   QHX_EXPORT_TEST_NO_EXCHANGE=1      publish as on a file system without RENAME_EXCHANGE
 //
 // Points, in order: staged (the staging folder exists, empty), writing (half the tensor
