@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "common/file_digest.hpp"
@@ -39,7 +40,7 @@ template <typename F>
 ExportSummary abandon_on_error(const ExportOptions& o, F&& f) {
   try {
     return f();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // qhx::Error, or std::filesystem's
     throw Error(cat(e.what(), "\n(nothing was published: ", o.out_dir.string(), " is as it was before the export)"));
   }
 }
