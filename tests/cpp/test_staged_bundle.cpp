@@ -73,7 +73,9 @@ TEST(StagedBundle, ReplacingSwapsTheWholeFolderWithOrWithoutExchange) {
     SCOPED_TRACE(exchange ? "RENAME_EXCHANGE" : "two renames");
     Dirs d;
     publish(d.out, d.source, "old");
-    std::ofstream(d.out / "stale.bin") << "from an older export";  // an exporter's name: replaced, not kept
+    // As a bundle exported before checksums.json, with a file of an older export: replaced, not kept.
+    fs::remove(d.out / "checksums.json");
+    std::ofstream(d.out / "stale.bin") << "from an older export";
     publish(d.out, d.source, "new", exchange);
     EXPECT_EQ(test::read_file(d.out / "llm_shared_512.bin"), "new");
     EXPECT_FALSE(fs::exists(d.out / "stale.bin"));

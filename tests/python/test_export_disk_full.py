@@ -53,13 +53,13 @@ def assert_clear_failure(proc: subprocess.CompletedProcess[bytes], reason: str, 
 
 
 @pytest.mark.parametrize("replacing", [True, False], ids=["replacing", "new"])
-@pytest.mark.parametrize("which", ["weights", "tokenizer"])
+@pytest.mark.parametrize("which", ["first", "later"])
 def test_a_file_size_limit_is_a_clear_error(bundles, tmp_path, replacing, which):
     w8 = bundles["w8"]
-    # A limit under the largest weights file, or between it and tokenizer.json (the copy fails).
-    largest_bin = max((w8 / f).stat().st_size for f in WRITE_ORDER if f.endswith(".bin"))
-    limit_kib = largest_bin // 2048 if which == "weights" else largest_bin // 1024 + 1
-    assert (w8 / "tokenizer.json").stat().st_size > limit_kib * 1024 + 4096
+    # Under the first file written, or just over the first two (a later, larger one fails).
+    first_two = max((w8 / f).stat().st_size for f in WRITE_ORDER[:2])
+    limit_kib = 64 if which == "first" else first_two // 1024 + 1
+    assert WRITE_ORDER.index(first_file_over(w8, limit_kib * 1024)) == (0 if which == "first" else 2)
     out = tmp_path / "bundle"
     if replacing:
         copy_bundle(bundles["f16"], out)
