@@ -32,6 +32,7 @@ DurableFile::~DurableFile() {
 
 void DurableFile::write(const void* data, std::size_t n) {
   if (fd_ < 0) throw IoError(cat("cannot write ", path_.string(), ": already closed"));
+  if (n == 0) return;  // an empty tensor's data() may be null, which memcpy must not see
   digest_.update(data, n);
   const char* p = static_cast<const char*>(data);
   if (used_ + n > buf_.size()) {
