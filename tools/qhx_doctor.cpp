@@ -1,6 +1,7 @@
 // qhx_doctor [MANIFEST] [--json]: what this machine offers QHexRT (CPU features and the
 // kernels chosen, threads, the QAIRT libraries and their versions) and, for a plan, what
-// it needs (files, QNN context binaries against the plan and the libraries, memory).
+// it needs (files, QNN context binaries against the plan and the libraries, memory) and, for
+// a bundle, whether its files still match its checksums.json.
 // Exit 0 when nothing is wrong, 1 with the problems listed, 2 on a usage error.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -85,6 +86,11 @@ nlohmann::json to_json(const qhx::DoctorReport& r) {
                        {"needed_bytes", mem.mapped_bytes + mem.kv_cache_bytes},
                        {"available_bytes", mem.available_bytes}}}};
   }
+  if (r.bundle_files) {
+    const auto& b = *r.bundle_files;
+    j["bundle_files"] = {{"dir", b.dir}, {"has_checksums", b.has_checksums}, {"files", b.files},
+                         {"problems", b.problems}, {"unlisted", b.unlisted}};
+  }
   return j;
 }
 
@@ -144,6 +150,16 @@ void print_text(const qhx::DoctorReport& r) {
                 static_cast<long long>(mem.layers), static_cast<long long>(mem.kv_heads),
                 static_cast<long long>(mem.head_dim), mem.kv_value_bytes,
                 mem.available_bytes != 0 ? bytes_str(mem.available_bytes).c_str() : "unknown");
+  }
+  if (r.bundle_files) {
+    const auto& b = *r.bundle_files;
+    std::printf("\nBundle files %s\n", b.dir.c_str());
+    if (b.problems.empty())
+      std::printf("  checksums       %zu files match checksums.json (XXH3-128)\n", b.files);
+    else
+      std::printf("  checksums       %zu problem(s) in %zu files checked against checksums.json (below)\n",
+                  b.problems.size(), b.files);
+    if (!b.unlisted.empty()) std::printf("  not covered     %s\n", join(b.unlisted, ", ").c_str());
   }
   if (!r.warnings.empty()) {
     std::printf("\nWarnings\n");

@@ -2,19 +2,60 @@
 //
 //   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--lm-head w8|w4] [--image-size 512]
 //              [--prefill-chunk 320] [--context N] [--target cpu|qnn-htp] [--soc SM8750] [--verify]
+//   qhx_export --check BUNDLE     (its files against its checksums.json; exit 0 when all match)
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 
 #include "qhexrt/export.hpp"
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+// The first SIGINT or SIGTERM asks the export to stop (it removes its staging folder and
+// leaves OUT as it was); a second one, the default action restored, ends it at once.
+extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESETHAND;  // no SA_RESTART: a wait for the QNN generator returns EINTR
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  // Over a `ulimit -f` limit, write() then fails with EFBIG, reported naming the file,
+  // instead of the process being killed with a partial file.
+  std::signal(SIGXFSZ, SIG_IGN);
+}
+
+int check_bundle(const std::string& dir) {
+  const qhx::BundleCheck c = qhx::check_bundle(dir);
+  for (const auto& p : c.problems) std::fprintf(stderr, "qhx_export: %s\n", p.c_str());
+  for (const auto& u : c.unlisted) std::printf("not covered by checksums.json (not checked): %s\n", u.c_str());
+  if (c.ok()) {
+    std::printf("%s: %zu files match checksums.json (XXH3-128)\n", dir.c_str(), c.files);
+    return 0;
+  }
+  if (c.has_checksums)
+    std::fprintf(stderr, "qhx_export: error: %s: %zu problem(s) in %zu files checked\n", dir.c_str(),
+                 c.problems.size(), c.files);
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Export a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle"};
   qhx::ExportOptions o;
   bool verify = false, quiet = false;
-  std::string hf, out;
-  app.add_option("--hf", hf, "Hugging Face checkpoint directory")->required();
-  app.add_option("--out", out, "bundle directory to write")->required();
+  std::string hf, out, check;
+  auto* hf_opt = app.add_option("--hf", hf, "Hugging Face checkpoint directory");
+  auto* out_opt = app.add_option("--out", out, "bundle directory to write (replaced whole, atomically)");
+  app.add_option("--check", check, "verify BUNDLE's files against its checksums.json, then exit (0: all match)")
+      ->excludes(hf_opt)
+      ->excludes(out_opt);
   app.add_option("--weights", o.weights, "weight format: w8 (int8 per channel), w4 (int4, group 32), f16, f32")
       ->check(CLI::IsMember({"w8", "w4", "f16", "f32"}));
   app.add_option("--lm-head", o.lm_head,
@@ -32,14 +73,23 @@ int main(int argc, char** argv) {
                  "(default: by size, a part per ~400 MB of int8 weights)")->check(CLI::PositiveNumber);
   app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+    if (check.empty() && hf.empty()) throw CLI::RequiredError("--hf");
+    if (check.empty() && out.empty()) throw CLI::RequiredError("--out");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!check.empty()) return check_bundle(check);
+  install_signal_handlers();
   o.hf_dir = hf;
   o.out_dir = out;
   o.progress = !quiet;
+  o.cancelled = [] { return g_signal != 0; };
   try {
     const qhx::ExportSummary s = qhx::export_bundle(o);
     std::uint64_t total = 0;
-    std::printf("bundle %s (%s%s) written in %.1f s:\n", out.c_str(), o.weights.c_str(),
+    std::printf("bundle %s (%s%s) written in %.1f s:\n", s.out_dir.c_str(), o.weights.c_str(),
                 o.target == "qnn-htp" ? (", qnn-htp " + o.soc).c_str() : "", s.seconds);
     for (const auto& [name, bytes] : s.files) {
       std::printf("  %-32s %12.3f MB\n", name.c_str(), static_cast<double>(bytes) / 1e6);

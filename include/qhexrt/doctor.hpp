@@ -7,6 +7,7 @@
 // graph names inside, and the memory the plan needs against what is available.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -78,10 +79,21 @@ struct ManifestReport {
   MemoryReport memory;
 };
 
+// A bundle's files against its checksums.json (as `qhx_export --check`), when the plan is a
+// bundle folder or a manifest in one.
+struct BundleFilesReport {
+  std::string dir;
+  bool has_checksums = false;
+  std::size_t files = 0;              // files checksums.json lists, each read once
+  std::vector<std::string> problems;  // a file missing, of another size or hash (also in DoctorReport::problems)
+  std::vector<std::string> unlisted;  // files beside them it does not cover (not checked)
+};
+
 struct DoctorReport {
   CpuReport cpu;
   QnnReport qnn;
   std::optional<ManifestReport> manifest;
+  std::optional<BundleFilesReport> bundle_files;
   std::vector<std::string> problems;  // what stops the plan from running, each with what to do
   std::vector<std::string> warnings;  // what may not stop it
   bool ok() const { return problems.empty(); }
@@ -90,7 +102,8 @@ struct DoctorReport {
 // Examines this machine and, unless `plan` is empty, the plan Pipeline::open would
 // run for it (a manifest, a bundle folder — its text manifest — or a checkpoint
 // directory). Loads nothing but the QAIRT libraries and the metadata of the
-// context binaries; maps no weights. What it finds wrong goes into `problems`
+// context binaries; maps no weights, but reads every file of a bundle that has a
+// checksums.json once to check it (a file that differs is a problem naming it). What it finds wrong goes into `problems`
 // (an unreadable manifest too); it throws only when out of memory. Without a
 // plan, missing QAIRT libraries are a warning; with a plan that has a qnn-htp
 // graph, a problem.

@@ -6,8 +6,10 @@
 //   format, plus the two manifests that run them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,18 +31,41 @@ struct ExportOptions {
   std::string target = "cpu";
   std::string soc = "SM8750";       // SM8650 (HTP v75) | SM8750 (v79) | SM8850 (v81)
   std::int64_t qnn_parts = 0;       // the decoder's parts (0: the generator chooses by size)
+  // Polled while the export runs (once per matrix row); returning true stops it with an
+  // error, nothing published (qhx_export: on SIGINT or SIGTERM).
+  std::function<bool()> cancelled;
 };
 
 struct ExportSummary {
   std::vector<std::pair<std::string, std::uint64_t>> files;  // name, bytes
   double seconds = 0;
+  std::filesystem::path out_dir;  // where the bundle is: out_dir made absolute, a symbolic link followed
   std::filesystem::path vlm_manifest, text_manifest;
 };
 
-// Throws qhx::Error naming the file or tensor at fault.
+// Writes the bundle beside out_dir and publishes it in one rename (docs/bundle.md, "How a
+// bundle is written"): whatever happens, out_dir holds the previous bundle (or nothing) or
+// the complete new one. Throws qhx::Error naming the file or tensor at fault, out_dir
+// untouched; refuses an out_dir that holds what is not a bundle (it is replaced whole).
 ExportSummary export_bundle(const ExportOptions& options);
 // The SoCs --target qnn-htp prepares for.
 const std::vector<std::string>& qnn_socs();
+
+// --- checking a bundle's files (qhx_export --check, qhx_doctor) ---------------
+// Every file of a bundle against the size and XXH3-128 its checksums.json records
+// (docs/bundle.md, "Checksums").
+
+struct BundleCheck {
+  bool has_checksums = false;         // the folder has a checksums.json
+  std::size_t files = 0;              // files it lists (each read once)
+  std::vector<std::string> problems;  // one per file missing, of another size or another hash, naming it
+  std::vector<std::string> unlisted;  // files in the folder it does not list: not checked, not errors
+  bool ok() const { return has_checksums && problems.empty(); }
+};
+
+// A folder without checksums.json (a bundle exported before they were recorded) has
+// has_checksums false and one problem saying so. Throws only when out of memory.
+BundleCheck check_bundle(const std::filesystem::path& dir);
 
 // --- the export gate --------------------------------------------------------
 // The export gate: runs a freshly exported bundle and its fp32 source side by

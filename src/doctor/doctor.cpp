@@ -22,6 +22,7 @@
 #include "common/mapped_file.hpp"
 #include "doctor/qairt_version.hpp"
 #include "qhexrt/error.hpp"
+#include "qhexrt/export.hpp"
 #include "qhexrt/hf_config.hpp"
 #include "runtime/manifest.hpp"
 
@@ -339,6 +340,31 @@ struct Checker {
   }
 };
 
+// An exported bundle (it has the exporter's manifests) without checksums.json predates them.
+bool exported_bundle(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("qwen3vl-2b-", 0) == 0 && ends_with(n, ".json")) return true;
+  }
+  return false;
+}
+
+void check_bundle_files(const fs::path& plan, DoctorReport& report) {
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(plan, ec) ? plan : plan.parent_path();
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  if (!fs::exists(dir / "checksums.json", ec)) {
+    if (exported_bundle(dir))
+      report.warnings.push_back(cat(dir.string(), ": no checksums.json (exported before QHexRT recorded checksums): "
+                                    "its files cannot be checked; export it again to have them"));
+    return;
+  }
+  const BundleCheck c = check_bundle(dir);
+  report.bundle_files = BundleFilesReport{dir.string(), c.has_checksums, c.files, c.problems, c.unlisted};
+  for (const auto& p : c.problems) report.problems.push_back(p + " (export the bundle again, or restore the file)");
+}
+
 }  // namespace
 
 DoctorReport diagnose(const std::filesystem::path& plan) {
@@ -353,6 +379,7 @@ DoctorReport diagnose(const std::filesystem::path& plan) {
   }
   Checker c{report, rt};
   c.check_manifest(plan);
+  check_bundle_files(plan, report);
   return report;
 }
 

@@ -1,16 +1,13 @@
 #include "export/bundle_manifests.hpp"
 
-#include <fstream>
-
+#include "common/durable_file.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/manifest.hpp"
 
 namespace qhx {
 
-void write_manifest(const std::filesystem::path& path, const nlohmann::json& manifest) {
-  std::ofstream f(path);
-  f << manifest.dump(2) << "\n";
-  if (!f) fail(path.string(), ": cannot write");
+FileDigest write_manifest(const std::filesystem::path& path, const nlohmann::json& manifest) {
+  return write_file_durably(path, manifest.dump(2) + "\n");
 }
 
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size) {

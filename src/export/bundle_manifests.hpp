@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/file_digest.hpp"
 #include "runtime/hf_dir_plan.hpp"
 
 namespace qhx {
@@ -22,8 +23,8 @@ struct BundleFiles {
   std::string chat_template = "qwen3vl";  // the family's built-in one, or the checkpoint's copied into the bundle
 };
 
-// Writes a manifest as indented JSON; throws naming the file when it cannot be written.
-void write_manifest(const std::filesystem::path& path, const nlohmann::json& manifest);
+// Writes a manifest as indented JSON, durably; throws naming the file when it cannot be written.
+FileDigest write_manifest(const std::filesystem::path& path, const nlohmann::json& manifest);
 
 BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_size);
 nlohmann::json vlm_manifest(const BundleFiles& f, const HfDirPlan& hf = {});

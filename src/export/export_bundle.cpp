@@ -1,18 +1,20 @@
 #include "qhexrt/export.hpp"
 
-#include <fstream>
-
-#include "qhexrt/chat_template.hpp"
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <map>
 
 #include "backends/cpu/weights.hpp"
+#include "common/durable_file.hpp"
 #include "common/mapping_guard.hpp"
 #include "export/bundle_manifests.hpp"
+#include "export/export_steps.hpp"
+#include "export/staged_bundle.hpp"
+#include "export/test_hooks.hpp"
 #include "formats/bundle_writer.hpp"
 #include "formats/quantize.hpp"
+#include "qhexrt/chat_template.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/hf_config.hpp"
 #include "qhexrt/safetensors.hpp"
@@ -20,13 +22,17 @@
 namespace qhx {
 namespace {
 
-// Counts bytes of tensor data converted so far and draws a bar on stderr.
+// Counts bytes of tensor data converted so far and draws a bar on stderr; stops the
+// export when it is cancelled (checked once per row).
 class Progress {
  public:
-  Progress(std::uint64_t total, bool enabled) : total_(total), enabled_(enabled) {}
+  Progress(std::uint64_t total, const ExportOptions& o) : total_(total), enabled_(o.progress), options_(o) {}
   void set_file(const std::string& name) { file_ = name; }
   void advance(std::uint64_t bytes) {
+    check_cancelled(options_);
+    const bool first_half = 2 * done_ < total_;
     done_ += bytes;
+    if (first_half && 2 * done_ >= total_) export_test::pause_at("writing");
     if (!enabled_) return;
     const int pct = total_ == 0 ? 100 : static_cast<int>(100 * done_ / total_);
     if (pct == last_pct_) return;
@@ -42,6 +48,7 @@ class Progress {
  private:
   std::uint64_t total_, done_ = 0;
   bool enabled_;
+  const ExportOptions& options_;
   int last_pct_ = -1;
   std::string file_;
 };
@@ -102,12 +109,13 @@ std::uint64_t group_bytes(const Checkpoint& ck, std::string_view prefix) {
 
 }  // namespace
 
+void check_cancelled(const ExportOptions& o) {
+  if (o.cancelled && o.cancelled()) fail("interrupted");
+}
+
 ExportSummary export_qnn_bundle(const ExportOptions& o);  // export_qnn.cpp
 
-ExportSummary export_bundle(const ExportOptions& o) {
-  if (o.target == "qnn-htp") return export_qnn_bundle(o);
-  if (o.target != "cpu") fail("--target must be cpu or qnn-htp, got \"", o.target, "\"");
-  const auto t0 = std::chrono::steady_clock::now();
+void check_cpu_export(const ExportOptions& o) {
   const auto format = parse_weight_format(o.weights);
   if (!format) fail("--weights must be w8, w4, f16 or f32, got \"", o.weights, "\"");
   if (o.image_size <= 0 || o.image_size % 32 != 0) fail("--image-size must be a positive multiple of 32");
@@ -116,18 +124,27 @@ ExportSummary export_bundle(const ExportOptions& o) {
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
          ")");
+  load_qwen3vl_config(o.hf_dir / "config.json");
+  hf_dir_plan(o.hf_dir);  // a broken generation or preprocessor config
+  Checkpoint::open(o.hf_dir);
+  if (!std::filesystem::exists(o.hf_dir / "tokenizer.json")) fail(o.hf_dir.string(), ": no tokenizer.json");
+}
+
+WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::path& dir) {
+  check_cpu_export(o);
+  const WeightFormat format = *parse_weight_format(o.weights);
   const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
-  // Before any file is written: a broken generation or preprocessor config stops the export.
   const HfDirPlan hf = hf_dir_plan(o.hf_dir);
   const MappingGroup source_files = new_mapping_group();
   const Checkpoint ck = [&] {
     const MappingGroupScope scope(source_files);
     return Checkpoint::open(o.hf_dir);
   }();
-  if (!std::filesystem::exists(o.hf_dir / "tokenizer.json")) fail(o.hf_dir.string(), ": no tokenizer.json");
-  std::filesystem::create_directories(o.out_dir);
+  std::filesystem::create_directories(dir);
 
-  BundleFiles files = bundle_file_names(o.weights, o.image_size);
+  WrittenFiles out;
+  BundleFiles& files = out.names;
+  files = bundle_file_names(o.weights, o.image_size);
   files.context = o.context;
   files.prefill_chunk = o.prefill_chunk;
   const std::string embed_name = "model.language_model.embed_tokens.weight";
@@ -136,36 +153,38 @@ ExportSummary export_bundle(const ExportOptions& o) {
   const auto& vc = cfg.vision;
   const std::int64_t patch_cols = vc.in_channels * vc.temporal_patch_size * vc.patch_size * vc.patch_size;
 
-  Progress progress(group_bytes(ck, "model.") + head.nbytes, o.progress);
+  Progress progress(group_bytes(ck, "model.") + head.nbytes, o);
   const auto meta = [&](const std::string& role) {
     return std::map<std::string, std::string>{{"role", role}, {"weights", o.weights},
                                               {"source", o.hf_dir.filename().string()}};
   };
   const auto write = [&](const std::string& file, const std::string& role, auto&& fill) {
+    check_cancelled(o);
     progress.set_file(file);
-    BundleWriter w(o.out_dir / file, meta(role));
+    BundleWriter w(dir / file, meta(role));
     fill(w);
     // A source shard truncated meanwhile reads zeros: never finish a file from them.
     check_mapped_files(source_files, /*stat_files=*/true);
     w.finish();
+    out.digests[file] = w.digest();
   };
   // Matrices of the vision blocks and the LLM in the chosen format; the lm-head is
   // int8 in quantized bundles (the seed's in-graph int8 lm-head) unless --lm-head
   // asks for w4 (a sixth of a w4 model's bytes per decoded token saved).
   write(files.vision, "vision", [&](BundleWriter& w) {
-    add_group(w, ck, "model.visual.", {"model.visual.patch_embed.", "model.visual.pos_embed."}, *format, progress);
+    add_group(w, ck, "model.visual.", {"model.visual.patch_embed.", "model.visual.pos_embed."}, format, progress);
   });
   write(files.llm, "llm_shared", [&](BundleWriter& w) {
-    add_group(w, ck, "model.language_model.", {embed_name}, *format, progress);
+    add_group(w, ck, "model.language_model.", {embed_name}, format, progress);
   });
   const WeightFormat head_format =
-      !o.lm_head.empty() ? *parse_weight_format(o.lm_head) : (*format == WeightFormat::W4 ? WeightFormat::W8 : *format);
+      !o.lm_head.empty() ? *parse_weight_format(o.lm_head) : (format == WeightFormat::W4 ? WeightFormat::W8 : format);
   write(files.lm_head, "lm_head", [&](BundleWriter& w) {
     add_matrix(w, "lm_head.weight", head, head.shape[0], head.shape[1], head_format, progress);
   });
   write(files.embed, "embed", [&](BundleWriter& w) {
     add_matrix(w, embed_name, embed, embed.shape[0], embed.shape[1],
-               *format == WeightFormat::F32 ? WeightFormat::F32 : WeightFormat::F16, progress);
+               format == WeightFormat::F32 ? WeightFormat::F32 : WeightFormat::F16, progress);
   });
   write(files.patch_embed, "vision_patch_embed", [&](BundleWriter& w) {
     const TensorView& t = ck.get("model.visual.patch_embed.proj.weight");
@@ -180,29 +199,49 @@ ExportSummary export_bundle(const ExportOptions& o) {
   });
   progress.finish();
 
-  std::filesystem::copy_file(o.hf_dir / "tokenizer.json", o.out_dir / "tokenizer.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  std::filesystem::copy_file(o.hf_dir / "config.json", o.out_dir / "config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  ExportSummary s;
+  for (const char* f : {"tokenizer.json", "config.json"}) out.digests[f] = copy_file_durably(o.hf_dir / f, dir / f);
   // The checkpoint's own chat template travels with the bundle (a Thinking
   // checkpoint must not be run with the Instruct one).
   if (const auto tmpl = ChatTemplate::from_checkpoint(o.hf_dir)) {
     files.chat_template = "chat_template.jinja";
-    std::ofstream(o.out_dir / files.chat_template, std::ios::binary) << tmpl->source();
-    s.files.emplace_back(files.chat_template, std::filesystem::file_size(o.out_dir / files.chat_template));
+    out.digests[files.chat_template] = write_file_durably(dir / files.chat_template, tmpl->source());
   }
   const std::string size = std::to_string(o.image_size);
-  s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
-  s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
-  write_manifest(s.vlm_manifest, vlm_manifest(files, hf));
-  write_manifest(s.text_manifest, text_manifest(files, hf));
-  for (const auto& f : {files.vision, files.llm, files.lm_head, files.embed, files.patch_embed, files.patch_bias,
-                        files.pos_embed, std::string("tokenizer.json"), std::string("config.json"),
-                        s.vlm_manifest.filename().string(), s.text_manifest.filename().string()})
-    s.files.emplace_back(f, std::filesystem::file_size(o.out_dir / f));
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.vlm_manifest = "qwen3vl-2b-vlm-" + size + ".json";
+  out.text_manifest = "qwen3vl-2b-text-" + size + ".json";
+  out.digests[out.vlm_manifest] = write_manifest(dir / out.vlm_manifest, vlm_manifest(files, hf));
+  out.digests[out.text_manifest] = write_manifest(dir / out.text_manifest, text_manifest(files, hf));
+  return out;
+}
+
+ExportSummary published_summary(const StagedBundle& stage, const std::string& vlm_manifest,
+                                const std::string& text_manifest) {
+  ExportSummary s;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(stage.out()))
+    if (e.is_regular_file())
+      s.files.emplace_back(e.path().lexically_relative(stage.out()).generic_string(), e.file_size());
+  std::sort(s.files.begin(), s.files.end());
+  s.out_dir = stage.out();
+  s.vlm_manifest = stage.out() / vlm_manifest;
+  s.text_manifest = stage.out() / text_manifest;
   return s;
+}
+
+ExportSummary export_bundle(const ExportOptions& o) {
+  if (o.target == "qnn-htp") return export_qnn_bundle(o);
+  if (o.target != "cpu") fail("--target must be cpu or qnn-htp, got \"", o.target, "\"");
+  const auto t0 = std::chrono::steady_clock::now();
+  return abandon_on_error(o, [&] {
+    check_cpu_export(o);  // before anything is written
+    StagedBundle stage(o.out_dir, o.hf_dir);
+    const WrittenFiles w = write_cpu_bundle(o, stage.dir());
+    for (const auto& [name, d] : w.digests) stage.record(name, d);
+    check_cancelled(o);
+    stage.publish(!export_test::no_exchange());
+    ExportSummary s = published_summary(stage, w.vlm_manifest, w.text_manifest);
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  });
 }
 
 }  // namespace qhx

@@ -1,11 +1,13 @@
 // `qhx_export --target qnn-htp`: a Hugging Face checkpoint -> the reference design's QNN
 // bundle. Three steps, so the HTP graphs run the very weights the CPU backend runs:
-//   1. the CPU w8 bundle (export_bundle), into a staging folder beside the output;
+//   1. the CPU w8 bundle (write_cpu_bundle), into .cpu-w8 inside the staging folder;
 //   2. the build-time generator (tools/qnn/make_qnn_bundle.py, in the QNN venv that
 //      scripts/setup_qnn.sh installs) turns its int8 matrices into QNN context binaries
-//      for the SoC, and describes them in qnn_graphs.json;
+//      for the SoC in the staging folder, and describes them in qnn_graphs.json;
 //   3. the host-side files (embedding table, stage F, tokenizer, config, template) join
 //      the binaries, and the two manifests are written from the description.
+// Then the staging folder is published as the CPU export's is (export/staged_bundle.hpp).
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,9 @@
 #include <fstream>
 
 #include "export/bundle_manifests.hpp"
+#include "export/export_steps.hpp"
+#include "export/staged_bundle.hpp"
+#include "export/test_hooks.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/export.hpp"
 #include "runtime/hf_dir_plan.hpp"
@@ -62,7 +67,9 @@ fs::path generator_script() {
   fail("--target qnn-htp: the generator make_qnn_bundle.py is not at:", list, "\nSet QHX_QNN_GENERATOR to it.");
 }
 
-void run_generator(const std::vector<std::string>& args) {
+// Runs the generator to its end; when the export is cancelled meanwhile (qhx_export's
+// SIGINT or SIGTERM interrupts waitpid), the generator is stopped too.
+void run_generator(const std::vector<std::string>& args, const ExportOptions& o) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -70,8 +77,15 @@ void run_generator(const std::vector<std::string>& args) {
   if (const int e = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ); e != 0)
     fail("cannot start ", args[0], ": ", std::strerror(e));
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
+  bool stopped = false;
+  while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) fail("waiting for the QNN generator: ", std::strerror(errno));
+    if (!stopped && o.cancelled && o.cancelled()) {
+      kill(pid, SIGTERM);
+      stopped = true;
+    }
+  }
+  check_cancelled(o);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string cmd;
     for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
@@ -109,48 +123,48 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     fail("--prefill-chunk (", o.prefill_chunk, ") must be below --context (", o.context,
          "): the prefill graph's past is the context less one block");
   const fs::path python = generator_python(), script = generator_script();
-  const HfDirPlan hf = hf_dir_plan(o.hf_dir);
-  fs::create_directories(o.out_dir);
-  const fs::path staging = o.out_dir / ".cpu-w8";  // the CPU w8 bundle the binaries are made from
-  fs::remove_all(staging);
-  fs::remove(o.out_dir / "qnn_graphs.json");
+  return abandon_on_error(o, [&] {
+    ExportOptions cpu = o;
+    cpu.target = "cpu";
+    check_cpu_export(cpu);
+    const HfDirPlan hf = hf_dir_plan(o.hf_dir);
+    StagedBundle stage(o.out_dir, o.hf_dir);
+    const fs::path dir = stage.dir();
+    const fs::path w8 = dir / ".cpu-w8";  // the CPU w8 bundle the binaries are made from
+    const WrittenFiles cpu_files = write_cpu_bundle(cpu, w8);
 
-  ExportOptions cpu = o;
-  cpu.target = "cpu";
-  cpu.out_dir = staging;
-  export_bundle(cpu);
+    std::vector<std::string> args{python.string(), script.string(), "--bundle", w8.string(), "--out", dir.string(),
+                                  "--soc", o.soc, "--context", std::to_string(o.context), "--prefill-chunk",
+                                  std::to_string(o.prefill_chunk), "--image-size", std::to_string(o.image_size)};
+    if (o.qnn_parts > 0) args.insert(args.end(), {"--parts", std::to_string(o.qnn_parts)});
+    run_generator(args, o);
+    const nlohmann::json desc = read_json(dir / "qnn_graphs.json");
 
-  std::vector<std::string> args{python.string(), script.string(), "--bundle", staging.string(), "--out",
-                                o.out_dir.string(), "--soc", o.soc, "--context", std::to_string(o.context),
-                                "--prefill-chunk", std::to_string(o.prefill_chunk), "--image-size",
-                                std::to_string(o.image_size)};
-  if (o.qnn_parts > 0) args.insert(args.end(), {"--parts", std::to_string(o.qnn_parts)});
-  run_generator(args);
-  const nlohmann::json desc = read_json(o.out_dir / "qnn_graphs.json");
+    BundleFiles files = bundle_file_names("w8", o.image_size);
+    files.context = o.context;
+    files.prefill_chunk = o.prefill_chunk;
+    std::vector<std::string> host{files.embed, files.patch_embed, files.patch_bias, files.pos_embed, "tokenizer.json",
+                                  "config.json"};
+    if (fs::exists(w8 / "chat_template.jinja")) {
+      files.chat_template = "chat_template.jinja";
+      host.push_back(files.chat_template);
+    }
+    for (const auto& f : host) {
+      fs::rename(w8 / f, dir / f);
+      stage.record(f, cpu_files.digests.at(f));
+    }
+    fs::remove_all(w8);
 
-  BundleFiles files = bundle_file_names("w8", o.image_size);
-  files.context = o.context;
-  files.prefill_chunk = o.prefill_chunk;
-  std::vector<std::string> host{files.embed, files.patch_embed, files.patch_bias, files.pos_embed, "tokenizer.json",
-                                "config.json"};
-  if (fs::exists(staging / "chat_template.jinja")) {
-    files.chat_template = "chat_template.jinja";
-    host.push_back(files.chat_template);
-  }
-  for (const auto& f : host) fs::rename(staging / f, o.out_dir / f);
-  fs::remove_all(staging);
-
-  ExportSummary s;
-  const std::string size = std::to_string(o.image_size);
-  s.vlm_manifest = o.out_dir / ("qwen3vl-2b-vlm-" + size + ".json");
-  s.text_manifest = o.out_dir / ("qwen3vl-2b-text-" + size + ".json");
-  write_manifest(s.vlm_manifest, qnn_vlm_manifest(files, hf, desc));
-  write_manifest(s.text_manifest, qnn_text_manifest(files, hf, desc));
-  for (const auto& entry : fs::directory_iterator(o.out_dir))
-    if (entry.is_regular_file()) s.files.emplace_back(entry.path().filename().string(), entry.file_size());
-  std::sort(s.files.begin(), s.files.end());
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return s;
+    const std::string size = std::to_string(o.image_size);
+    const std::string vlm = "qwen3vl-2b-vlm-" + size + ".json", text = "qwen3vl-2b-text-" + size + ".json";
+    stage.record(vlm, write_manifest(dir / vlm, qnn_vlm_manifest(files, hf, desc)));
+    stage.record(text, write_manifest(dir / text, qnn_text_manifest(files, hf, desc)));
+    check_cancelled(o);
+    stage.publish(!export_test::no_exchange());
+    ExportSummary s = published_summary(stage, vlm, text);
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  });
 }
 
 }  // namespace qhx

@@ -1,6 +1,9 @@
 #include "qhexrt/export.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "qhexrt/error.hpp"
@@ -71,10 +74,19 @@ VerifyReport verify_bundle(const ExportSummary& s, const ExportOptions& o) {
     // A picture of the bundle's image size, taken as it is by both sides (the native resize
     // keeps a size that is a multiple of 32 within the pixel limits): the bundle's fixed size,
     // which the source's own default plan (512) would not give.
-    req.images.push_back(write_test_image(o.out_dir, o.image_size));
+    // Written outside the bundle: a kill here must not leave a stray file in it.
+    std::string tmpl = (std::filesystem::temp_directory_path() / "qhx_verify_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) fail("verify: cannot create a folder in ", tmpl, ": ", std::strerror(errno));
+    const std::filesystem::path tmp = tmpl;
+    req.images.push_back(write_test_image(tmp, o.image_size));
     req.resize = "native";
-    r.cases.push_back(compare("image", vlm, source, req));
-    std::filesystem::remove(req.images.back());
+    try {
+      r.cases.push_back(compare("image", vlm, source, req));
+    } catch (...) {
+      std::filesystem::remove_all(tmp);
+      throw;
+    }
+    std::filesystem::remove_all(tmp);
   }
   r.passed = true;
   for (const auto& c : r.cases) r.passed &= c.bundle_token == c.source_token && c.cosine >= r.cosine_bound;

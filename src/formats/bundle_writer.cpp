@@ -1,9 +1,7 @@
 #include "formats/bundle_writer.hpp"
 
 #include <bit>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -11,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/durable_file.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx {
@@ -43,49 +42,20 @@ std::uint64_t byte_count(const std::string& name, DType dtype, const std::vector
   return n;
 }
 
-// A file being written; errors say what failed and why (the caller adds the path).
-class OutFile {
- public:
-  explicit OutFile(const fs::path& p) : f_(std::fopen(p.c_str(), "wb")) {
-    if (f_ == nullptr) fail("cannot create ", p.string(), ": ", std::strerror(errno));
-    // A large buffer: tensors arrive row by row, often a few KiB at a time.
-    std::setvbuf(f_, nullptr, _IOFBF, std::size_t{1} << 20);
+// Zero bytes for the gaps before tensors.
+void write_zeros(DurableFile& f, std::uint64_t n) {
+  static constexpr char kZeros[kBundleAlignment] = {};
+  while (n > 0) {
+    const std::size_t k = n < sizeof kZeros ? static_cast<std::size_t>(n) : sizeof kZeros;
+    f.write(kZeros, k);
+    n -= k;
   }
-  ~OutFile() {
-    if (f_ != nullptr) std::fclose(f_);
-  }
-  OutFile(const OutFile&) = delete;
-  OutFile& operator=(const OutFile&) = delete;
-
-  void write(const void* data, std::size_t n) {
-    if (n != 0 && std::fwrite(data, 1, n, f_) != n) fail("write failed: ", std::strerror(errno));
-  }
-  void write_zeros(std::uint64_t n) {
-    static constexpr char kZeros[kBundleAlignment] = {};
-    while (n > 0) {
-      const std::size_t k = n < sizeof kZeros ? static_cast<std::size_t>(n) : sizeof kZeros;
-      write(kZeros, k);
-      n -= k;
-    }
-  }
-  void close() {
-    std::FILE* f = std::exchange(f_, nullptr);
-    if (std::fflush(f) != 0) {
-      const int err = errno;
-      std::fclose(f);
-      fail("write failed: ", std::strerror(err));
-    }
-    if (std::fclose(f) != 0) fail("close failed: ", std::strerror(errno));
-  }
-
- private:
-  std::FILE* f_;
-};
+}
 
 // Passes one tensor's bytes to the file, holding the producer to its declared size.
 class TensorSink final : public ByteSink {
  public:
-  TensorSink(OutFile& file, std::uint64_t expected) : file_(file), expected_(expected) {}
+  TensorSink(DurableFile& file, std::uint64_t expected) : file_(file), expected_(expected) {}
   void write(const void* data, std::size_t n) override {
     if (n > expected_ - written_)
       fail("the producer wrote more than the ", expected_, " bytes its dtype and shape need");
@@ -95,7 +65,7 @@ class TensorSink final : public ByteSink {
   std::uint64_t written() const { return written_; }
 
  private:
-  OutFile& file_;
+  DurableFile& file_;
   std::uint64_t expected_;
   std::uint64_t written_ = 0;
 };
@@ -188,14 +158,14 @@ void BundleWriter::finish() {
 
   const fs::path partial = fs::path(path_.string() + ".partial");
   try {
-    OutFile out(partial);
+    DurableFile out(partial);
     unsigned char len[8];
     for (std::size_t i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((text.size() >> (8 * i)) & 0xFF);
     out.write(len, sizeof len);
     out.write(text.data(), text.size());
     for (const Placed& p : placed) {
       if (p.entry == nullptr) {
-        out.write_zeros(p.end - p.begin);
+        write_zeros(out, p.end - p.begin);
         continue;
       }
       try {
@@ -204,14 +174,20 @@ void BundleWriter::finish() {
         if (sink.written() != p.entry->nbytes)
           fail("the producer wrote ", sink.written(), " bytes, but ", dtype_name(p.entry->dtype), " ",
                shape_str(p.entry->shape), " needs ", p.entry->nbytes);
+      } catch (const IoError&) {
+        throw;  // the file's fault, not the tensor's
       } catch (const Error& e) {
         fail("tensor '", p.name, "': ", e.what());
       }
     }
-    out.close();
+    digest_ = out.close();
     std::error_code ec;
     fs::rename(partial, path_, ec);
     if (ec) fail("cannot rename ", partial.string(), " to it: ", ec.message());
+  } catch (const IoError& e) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);
+    throw IoError(cat(path_.string(), ": ", e.what()));
   } catch (const Error& e) {
     std::error_code ignored;
     fs::remove(partial, ignored);

@@ -8,9 +8,11 @@
 // by "__pad.<n>" U8 [k] entries of zero bytes (standard safetensors readers reject
 // unlisted gaps), and the header is padded with spaces so the data starts 64-aligned.
 //
-// The file is written as "<path>.partial" and renamed to <path> once complete:
-// a failed or interrupted conversion leaves no file that looks finished.
-// Errors are qhx::Error naming the path (and the tensor).
+// The file is written as "<path>.partial" and renamed to <path> once complete and
+// synced to disk: a failed or interrupted conversion leaves no file that looks finished.
+// Its XXH3-128 is computed as the bytes go out (digest(), for checksums.json).
+// Errors are qhx::Error naming the path (and the tensor); a file system failure (a
+// full disk) is a qhx::IoError naming the file and the OS reason.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_digest.hpp"
 #include "formats/quantize.hpp"
 #include "qhexrt/dtype.hpp"
 
@@ -66,6 +69,8 @@ class BundleWriter {
 
   // Writes the file. Call once; no add() after it.
   void finish();
+  // The size and XXH3-128 of the file finish() wrote.
+  const FileDigest& digest() const { return digest_; }
 
  private:
   struct Entry {
@@ -80,6 +85,7 @@ class BundleWriter {
   WeightFormat weights_ = WeightFormat::F32;
   std::vector<Entry> entries_;
   bool finished_ = false;
+  FileDigest digest_;
 };
 
 // Row r of a [rows, cols] f32 matrix into out[cols] (e.g. widened from a bf16

@@ -14,6 +14,7 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "common/limits.hpp"
 #include "common/mapping_guard.hpp"
+#include "export/staging_names.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
@@ -237,6 +238,11 @@ std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool w
 }  // namespace
 
 Manifest resolve_manifest(const std::filesystem::path& path, bool want_images) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))  // a bundle folder an interrupted export left moved aside?
+    for (const auto& p : {path, path.parent_path()})
+      if (const std::string hint = p.empty() ? "" : missing_bundle_hint(p); !hint.empty())
+        fail(path.string(), ": no such file or folder", hint);
   if (!std::filesystem::is_directory(path)) return load_manifest(path);
   if (auto manifest = bundle_manifest(path, want_images)) return std::move(*manifest);
   if (!std::filesystem::exists(path / "config.json"))

@@ -1,0 +1,48 @@
+// What the CPU and the qnn-htp exports share (export_bundle.cpp, export_qnn.cpp).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "common/file_digest.hpp"
+#include "export/bundle_manifests.hpp"
+#include "qhexrt/error.hpp"
+#include "qhexrt/export.hpp"
+
+namespace qhx {
+
+class StagedBundle;
+
+struct WrittenFiles {
+  BundleFiles names;
+  std::string vlm_manifest, text_manifest;      // file names
+  std::map<std::string, FileDigest> digests;  // of every file written, computed as it was written
+};
+
+// Stops the export with an error when ExportOptions::cancelled says so.
+void check_cancelled(const ExportOptions& o);
+
+// The options and the checkpoint a CPU bundle is made from, checked before anything is written.
+void check_cpu_export(const ExportOptions& o);
+
+// A CPU bundle's files (weights, tables, tokenizer, config, template, the two manifests)
+// written into `dir`, which is not published: the caller stages and publishes.
+WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::path& dir);
+
+// The summary of a bundle just published by `stage`.
+ExportSummary published_summary(const StagedBundle& stage, const std::string& vlm_manifest,
+                                const std::string& text_manifest);
+
+// Runs `f`, adding to an error that OUT was left alone: an export that fails publishes nothing.
+template <typename F>
+ExportSummary abandon_on_error(const ExportOptions& o, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {  // qhx::Error, or std::filesystem's
+    throw Error(cat(e.what(), "\n(nothing was published: ", o.out_dir.string(), " is as it was before the export)"));
+  }
+}
+
+}  // namespace qhx
