@@ -51,14 +51,20 @@ if [[ -n $internal ]]; then
 fi
 
 sanitize=""
+compilers=()
 if grep -q '^QHX_SANITIZE:BOOL=ON$' "$build/CMakeCache.txt"; then
   sanitize="-fsanitize=address,undefined -fno-omit-frame-pointer"
+  # The build's own compilers: one sanitizer runtime must serve the program and the
+  # library (GCC's libasan does not provide what clang's instrumentation calls).
+  cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+  export CC=$(cache_value CMAKE_C_COMPILER)
+  compilers=(-DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)")
 fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
 step "find_package(qhexrt 0.1) consumer (${sanitize:-no sanitizer})"
-cmake -S "$here" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+cmake -S "$here" -B "$work/build" "${generator[@]}" "${compilers[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_C_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="$sanitize" \
       >"$work/configure.log" || { cat "$work/configure.log" >&2; die "configuring the consumer failed"; }
 cmake --build "$work/build" -j1 >"$work/build.log" || { cat "$work/build.log" >&2; die "building the consumer failed"; }

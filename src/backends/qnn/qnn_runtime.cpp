@@ -303,29 +303,33 @@ BinaryInfo Runtime::read_binary_info(std::span<const std::byte> binary, const st
       e != 0 || bi == nullptr)
     fail("qnn-htp: ", what, ": QnnSystemContext_getBinaryInfo failed: error ", abi::error_code(e),
          " (not a QNN context binary, or a corrupt one)");
+  return binary_info_from(*bi, what);
+}
+
+BinaryInfo binary_info_from(const abi::BinaryInfo& bi, const std::string& what) {
   BinaryInfo out;
-  out.version = bi->version;
+  out.version = bi.version;
   std::uint32_t num_graphs = 0;
   const abi::GraphInfo* graphs = nullptr;
   const char* build = nullptr;
   const char* soc = nullptr;
-  if (bi->version == 1 || bi->version == 2) {
-    build = bi->v1.build_id;
-    soc = bi->v1.soc_version;
-    out.core_api = bi->v1.core_api;
-    out.backend_api = bi->v1.backend_api;
-    num_graphs = bi->v1.num_graphs;
-    graphs = bi->v1.graphs;
-  } else if (bi->version == 3) {
-    build = bi->v3.build_id;
-    soc = bi->v3.soc_version;
-    out.core_api = bi->v3.core_api;
-    out.backend_api = bi->v3.backend_api;
-    out.soc_model = bi->v3.soc_model;
-    num_graphs = bi->v3.num_graphs;
-    graphs = bi->v3.graphs;
+  if (bi.version == 1 || bi.version == 2) {
+    build = bi.v1.build_id;
+    soc = bi.v1.soc_version;
+    out.core_api = bi.v1.core_api;
+    out.backend_api = bi.v1.backend_api;
+    num_graphs = bi.v1.num_graphs;
+    graphs = bi.v1.graphs;
+  } else if (bi.version == 3) {
+    build = bi.v3.build_id;
+    soc = bi.v3.soc_version;
+    out.core_api = bi.v3.core_api;
+    out.backend_api = bi.v3.backend_api;
+    out.soc_model = bi.v3.soc_model;
+    num_graphs = bi.v3.num_graphs;
+    graphs = bi.v3.graphs;
   } else {
-    fail("qnn-htp: ", what, ": context-binary info version ", bi->version,
+    fail("qnn-htp: ", what, ": context-binary info version ", bi.version,
          " is not one this QHexRT reads (1, 2, 3); a newer QAIRT?");
   }
   out.build_id = build != nullptr ? build : "";
