@@ -61,7 +61,8 @@ def safetensors_header(tensors: dict, metadata: dict | None = None) -> tuple[byt
     for name, (dtype, shape, raw) in tensors.items():
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
         data += raw
-    return json.dumps(header, separators=(",", ":")).encode(), data
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return text + b" " * (-(8 + len(text)) % 8), data  # padded as writers do: the data section 8-aligned
 
 
 def f32(*v: float) -> bytes:
