@@ -49,6 +49,15 @@ APT_PACKAGES+=(
   libhwy-dev
 )
 # --- end of SIMD kernels -------------------------------------------------------
+# --- the sanitizer build and its fuzz targets (build-asan, tests/fuzz) -----------
+# clang 14 builds build-asan with ASan + UBSan and libFuzzer's coverage, so one
+# instrumented build runs the tests and the fuzz targets (QHX_FUZZ=ON); libfuzzer-14-dev
+# is libFuzzer's runtime. Debian 12 ships one version of both for the release's life.
+APT_PACKAGES+=(
+  clang-14=1:14.0.6-12
+  libfuzzer-14-dev=1:14.0.6-12
+)
+# --- end of the sanitizer build -------------------------------------------------
 # --- the runtime on 64-bit Arm (scripts/test_aarch64.sh) ----------------------
 # Debian's cross compiler, qemu's user-mode emulator, and the arm64 builds of the
 # runtime's libraries through multiarch (dpkg --add-architecture arm64), pinned as

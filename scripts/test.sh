@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything and runs every test: the C++ tests (Release), the same
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then the Python
-# reference-side tests (parity against Hugging Face). Exit 0 = all passed.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, a short run of every fuzz
+# target, then the Python reference-side tests (parity against Hugging Face).
+# Exit 0 = all passed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$QHX_ROOT"
@@ -23,11 +24,15 @@ ctest --test-dir build --output-on-failure -j2
 echo "== [${SECONDS} s] the runtime on aarch64 (cross-built; kernel tests and qhx_export + qhx_generate under qemu-aarch64, against build/)"
 bash scripts/test_aarch64.sh
 
-echo "== [${SECONDS} s] build (ASan + UBSan)"
-bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZE=ON -DQHX_BENCH=OFF
-echo "== [${SECONDS} s] C++ tests (ASan + UBSan)"
+echo "== [${SECONDS} s] build (ASan + UBSan, clang, with the fuzz targets)"
+# One instrumented build for both: the tests below and the libFuzzer targets (tests/fuzz).
+bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZE=ON -DQHX_BENCH=OFF \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DQHX_FUZZ=ON
+echo "== [${SECONDS} s] C++ tests (ASan + UBSan), with every fuzz target's seeds and regression inputs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2
+echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=20} s, two at a time"
+bash scripts/fuzz_all.sh "$QHX_CI_FUZZ_SECONDS" 2
 
 echo "== [${SECONDS} s] Python tests: text parity on the plain reference kernels (the oracle path)"
 QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q

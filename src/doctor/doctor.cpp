@@ -9,6 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -46,8 +49,12 @@ std::vector<std::string> cpu_features() {
   QHX_X86_FEATURE("avx512vl")
   QHX_X86_FEATURE("avx512vnni")
   QHX_X86_FEATURE("avx512bf16")
-  QHX_X86_FEATURE("avx512fp16")
 #undef QHX_X86_FEATURE
+  // CPUID leaf 7 EDX bit 23 read directly: clang 14's __builtin_cpu_supports has no
+  // "avx512fp16". Its avx512f check above covers the OS's saving of the ZMM state.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0)
+    f.emplace_back("avx512fp16");
 #elif defined(__aarch64__) && defined(__linux__)
   const unsigned long hw = getauxval(AT_HWCAP);
   const unsigned long hw2 = getauxval(AT_HWCAP2);

@@ -159,6 +159,7 @@ Qwen3VLTextConfig parse_text(const Section& s) {
 void parse_vision_rope(const Section& s, Qwen3VLVisionConfig& v) {
   if (s.has_value("rope_scaling"))
     s.fail_at("rope_scaling", "the vision tower takes no RoPE scaling (transformers' axial vision RoPE has none)");
+  v.rope_theta = vision_default::rope_theta;  // 4.57's, when the file names none
   const auto theta_from = [&v](const Section& sec) {
     v.rope_theta = sec.number("rope_theta", v.rope_theta);
     if (!std::isfinite(v.rope_theta) || v.rope_theta <= 0)

@@ -56,6 +56,22 @@ std::uint32_t be32(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
 
+// The bytes up to the first chunk other than IDAT whose declared length runs past
+// the end of the file. libpng allocates such a chunk's declared length (up to
+// 2 GiB, whatever the file's size) before reading it; handed only whole chunks, it
+// meets the end of the data at that chunk's header instead: the same truncation,
+// found before the allocation. IDAT is read in pieces (no allocation of its
+// length) and may complete the image before its cut-off end, so it is left whole.
+std::size_t whole_chunks(std::span<const std::uint8_t> b) {
+  std::size_t pos = 8;  // the signature
+  while (b.size() - pos >= 8) {
+    const std::uint64_t length = be32(b.data() + pos);
+    if (length + 12 > b.size() - pos && std::memcmp(b.data() + pos + 4, "IDAT", 4) != 0) return pos;
+    pos += static_cast<std::size_t>(std::min<std::uint64_t>(length + 12, b.size() - pos));
+  }
+  return b.size();
+}
+
 // ImageMagick's "Raw profile type exif" text: three header lines, then hex
 // (Pillow: bytes.fromhex("".join(text.split("\n")[3:]))). Malformed hex, which
 // makes Pillow's getexif raise, is treated here as no EXIF.
@@ -202,7 +218,7 @@ Decoded decode_png(const Source& src) {
   if (b.size() >= 24 && std::memcmp(b.data() + 12, "IHDR", 4) == 0) check_dimensions(src, be32(b.data() + 16), be32(b.data() + 20));
 
   PngState st;
-  st.bytes = src.bytes;
+  st.bytes = src.bytes.first(src.bytes.size() < 8 ? src.bytes.size() : whole_chunks(src.bytes));
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &st, on_error, on_warning);
   if (png == nullptr) throw std::bad_alloc();
   ReadStructGuard guard{png, png_create_info_struct(png)};

@@ -286,8 +286,9 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
     if (std::find(res.stop_ids.begin(), res.stop_ids.end(), id) == res.stop_ids.end())
       res.stop_ids.push_back(static_cast<std::int32_t>(id));
   }
+  // Structured bindings are captured by name: clang 14 (the sanitizer build) cannot capture them implicitly.
   for (const auto& [name, mt] : m.tables) {
-    in_manifest(m, "tables." + name, [&] {
+    in_manifest(m, "tables." + name, [&, &name = name, &mt = mt] {
       Table t;
       t.file.emplace(Checkpoint::open(m.dir / mt.file));
       t.tensor = mt.tensor;
@@ -298,7 +299,7 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
     });
   }
   for (const auto& [name, mg] : m.graphs)
-    in_manifest(m, "graphs." + name, [&] {
+    in_manifest(m, "graphs." + name, [&, &name = name, &mg = mg] {
       load_graph(res, name, mg);
       return 0;
     });

@@ -269,6 +269,24 @@ TEST(LoadImage, PngRoundTripAndTruncation) {
   expect_error([&] { load_image(bad); }, {bad.string(), "PNG"});
 }
 
+// Found by fuzz_image_png: libpng allocates a chunk's declared length (up to 2 GiB) before
+// reading it, so an 84-byte file could ask for 2 GB. Chunks that run past the end of the file
+// are now cut off before libpng sees them: the same outcome, without the allocation (the fuzz
+// target's 64 MB malloc limit checks that part, on tests/fuzz/regressions/fuzz_image_png).
+TEST(LoadImage, PngChunkLongerThanTheFile) {
+  TempDir dir;
+  const RgbImage src = pattern(9, 4);
+  const std::string png = encode_png(src);
+  const std::string huge_text = std::string("\x7f\xff\xff\xf0tEXt", 8) + "Comment\0x";  // 2 GiB declared, 9 present
+  const std::size_t after_ihdr = 8 + 25;
+  const auto early = dir.write("early.png", png.substr(0, after_ihdr) + huge_text + png.substr(after_ihdr));
+  expect_error([&] { load_image(early); }, {early.string(), "truncated PNG"});
+  // After the image data, a damaged tail is accepted, as Pillow accepts it.
+  const std::size_t iend = png.size() - 12;
+  const RgbImage late = load_image(dir.write("late.png", png.substr(0, iend) + huge_text));
+  EXPECT_EQ(late.pixels, src.pixels);
+}
+
 TEST(LoadImage, JpegDecodesAndTruncationFails) {
   TempDir dir;
   const RgbImage src = pattern(64, 48);

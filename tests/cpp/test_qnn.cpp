@@ -101,6 +101,46 @@ void report(const char* what, const Compare& c) {
               c.rel_l2, c.cosine);
 }
 
+// --- what QHexRT keeps of a binary's metadata (no libraries needed) -------------------------
+
+// Found by fuzz_qnn_binary_info: the System API's answer carries what the binary says, so a
+// graph may list tensors without an array, or dims whose byte size wraps the 32-bit client
+// buffer the backend hands QNN (and the size_t product it allocates).
+TEST(QnnBinaryInfo, CountsWithoutArraysAndOversizedTensorsAreRefused) {
+  std::uint32_t dims[2] = {2, 3};
+  qnn::abi::Tensor t{};
+  t.version = 2;
+  t.v1.name = "x";
+  t.v1.data_type = qnn::abi::DataType::Float32;
+  t.v1.rank = 2;
+  t.v1.dims = dims;
+  qnn::abi::GraphInfo g{};
+  g.version = 1;
+  g.v1.name = "g";
+  g.v1.num_inputs = 1;
+  g.v1.inputs = &t;
+  qnn::abi::BinaryInfo bi{};
+  bi.version = 3;
+  bi.v3 = {};
+  bi.v3.build_id = "v2.40.0.250101";
+  bi.v3.soc_model = 69;
+  bi.v3.num_graphs = 1;
+  bi.v3.graphs = &g;
+  const qnn::BinaryInfo ok = qnn::binary_info_from(bi, "a.bin");
+  ASSERT_EQ(ok.graphs.size(), 1u);
+  EXPECT_EQ(ok.graphs[0].inputs[0].dims, (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_EQ(ok.soc_model, 69u);
+
+  g.v1.inputs = nullptr;
+  test::expect_error([&] { qnn::binary_info_from(bi, "b.bin"); }, {"b.bin", "graph \"g\"", "no array"});
+  g.v1.inputs = &t;
+  dims[0] = 1u << 16;
+  dims[1] = 1u << 14;  // 2^30 elements of 4 bytes: 4 GiB, one byte over
+  test::expect_error([&] { qnn::binary_info_from(bi, "c.bin"); }, {"c.bin", "tensor \"x\"", "4 GiB"});
+  dims[1] = (1u << 14) - 1;
+  EXPECT_NO_THROW(qnn::binary_info_from(bi, "d.bin"));
+}
+
 // --- the libraries and the declared layouts --------------------------------------------------
 
 TEST(QnnRuntime, LoadsTheQairtLibrariesAndReportsTheirVersion) {

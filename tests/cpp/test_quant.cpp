@@ -484,6 +484,32 @@ TEST(Bundle, MatrixWeightRejectsMalformedQuantizedMatrices) {
   }
 }
 
+// Found by fuzz_bundle: an F16 matrix at an odd file offset was read through a
+// misaligned uint16_t pointer (undefined behaviour). Float matrices at their element
+// alignment load; others are refused by name, as a misaligned scale is.
+TEST(Bundle, MatrixWeightRefusesFloatMatricesOffTheirAlignment) {
+  TempDir dir;
+  // A U8 [1] first, so the tensor after it sits at data offset 1, 2 or 4; the header is
+  // padded so that the data section itself starts 8-aligned (the mapping is page-aligned).
+  const auto file = [&](const std::string& name, const char* dtype, std::int64_t lead) {
+    const std::int64_t size = std::string(dtype) == "F32" ? 16 : 8;  // [2, 2]
+    nlohmann::ordered_json h;
+    h["lead"] = {{"dtype", "U8"}, {"shape", {lead}}, {"data_offsets", {0, lead}}};
+    h["m.weight"] = {{"dtype", dtype}, {"shape", {2, 2}}, {"data_offsets", {lead, lead + size}}};
+    std::string header = h.dump();
+    header.append((8 - (8 + header.size()) % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    return dir.write(name, bytes + header + std::string(static_cast<std::size_t>(lead + size), '\0'));
+  };
+  expect_error([&] { cpu::matrix_weight(Checkpoint::open(file("a.safetensors", "F16", 1)), "m.weight", 2, 2); },
+               {"m.weight", "F16", "not 2-byte aligned"});
+  expect_error([&] { cpu::matrix_weight(Checkpoint::open(file("b.safetensors", "F32", 2)), "m.weight", 2, 2); },
+               {"m.weight", "F32", "not 4-byte aligned"});
+  EXPECT_EQ(cpu::matrix_weight(Checkpoint::open(file("c.safetensors", "BF16", 2)), "m.weight", 2, 2).dtype, DType::BF16);
+  EXPECT_EQ(cpu::matrix_weight(Checkpoint::open(file("d.safetensors", "F32", 4)), "m.weight", 2, 2).dtype, DType::F32);
+}
+
 TEST(Bundle, WriterErrorsNameThePathAndTensor) {
   TempDir dir;
   const fs::path p = dir.path() / "out.bin";

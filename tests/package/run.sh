@@ -51,15 +51,25 @@ if [[ -n $internal ]]; then
 fi
 
 sanitize=""
+link_extra=""
+compilers=()
 if grep -q '^QHX_SANITIZE:BOOL=ON$' "$build/CMakeCache.txt"; then
   sanitize="-fsanitize=address,undefined -fno-omit-frame-pointer"
+  # The build's own compilers: one sanitizer runtime must serve the program and the
+  # library (GCC's libasan does not provide what clang's instrumentation calls).
+  cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+  export CC=$(cache_value CMAKE_C_COMPILER)
+  # clang's UBSan runtime has a C++ part (the vptr and function checks the library was
+  # compiled with) that it links into a C program only when asked, with the C++ library.
+  if [[ $("$CC" --version) == *clang* ]]; then link_extra="-fsanitize-link-c++-runtime -lstdc++"; fi
+  compilers=(-DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)")
 fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
 step "find_package(qhexrt 0.1) consumer (${sanitize:-no sanitizer})"
-cmake -S "$here" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-      -DCMAKE_C_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="$sanitize" \
+cmake -S "$here" -B "$work/build" "${generator[@]}" "${compilers[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_C_FLAGS="$sanitize" -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_EXE_LINKER_FLAGS="$sanitize $link_extra" \
       >"$work/configure.log" || { cat "$work/configure.log" >&2; die "configuring the consumer failed"; }
 cmake --build "$work/build" -j1 >"$work/build.log" || { cat "$work/build.log" >&2; die "building the consumer failed"; }
 # The programs must use the installed library, not the build tree's.
@@ -73,7 +83,7 @@ grep -q "$libdir/libqhexrt.so.0" <<<"$deps" || die "consumer_c does not load $li
 step "pkg-config consumer"
 export PKG_CONFIG_PATH=$(dirname "$pc")
 # shellcheck disable=SC2046,SC2086  # word splitting of the flags is intended
-"${CC:-cc}" -std=c11 -Wall -Wextra -Wpedantic -Werror $sanitize "$here/main.c" \
+"${CC:-cc}" -std=c11 -Wall -Wextra -Wpedantic -Werror $sanitize $link_extra "$here/main.c" \
   $(pkg-config --cflags --libs qhexrt) -o "$work/consumer_pc"
 LD_LIBRARY_PATH="$(pkg-config --variable=libdir qhexrt)" "$work/consumer_pc" "$checkpoint"
 echo "tests/package: ok"

@@ -74,7 +74,6 @@ class ModelQueue {
     Session session;
     std::uint64_t last_used = 0;
   };
-  Pipeline& pipeline_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::size_t max_queue_;
   std::uint64_t clock_ = 0;

@@ -66,6 +66,17 @@ const float* scales_of(const Checkpoint& ckpt, const std::string& name, const ch
   return reinterpret_cast<const float*>(s->data);
 }
 
+// The kernels read a float matrix in place through typed pointers, so it must sit at
+// a multiple of its element size in the file. Every writer puts it there (safetensors
+// pads the header and orders tensors by dtype size; bundles align to 64); a file
+// that does not is refused, as a misaligned scale is, not read out of alignment.
+void check_aligned(const TensorView& t, const std::string& name) {
+  const std::size_t align = dtype_size(t.dtype);
+  if (reinterpret_cast<std::uintptr_t>(t.data) % align != 0)
+    fail("tensor ", name, ": ", dtype_name(t.dtype), " data is not ", align,
+         "-byte aligned in its file, so it cannot be used in place");
+}
+
 WeightMatrix load_matrix(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols,
                          Layout layout) {
   const TensorView& t = ckpt.get(name);
@@ -74,6 +85,7 @@ WeightMatrix load_matrix(const Checkpoint& ckpt, const std::string& name, std::i
     case DType::BF16:
     case DType::F16:
       check_stored_shape(t, name, rows, cols, cols, layout, "");
+      check_aligned(t, name);
       if (ckpt.find(name + ".scale") != nullptr)
         fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not quantized, yet the checkpoint has a tensor ",
              name, ".scale (only I8 (w8) and U8 (w4) matrices have scales)");

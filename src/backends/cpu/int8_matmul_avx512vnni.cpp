@@ -21,6 +21,11 @@
 #include <cmath>
 #include <cstring>
 
+// Every function below is compiled for AVX-512 VNNI; clang spells GCC's target
+// pragma as an attribute applied to each function (the sanitizer build uses clang).
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 // GCC 12's own AVX-512 headers start some intrinsics from _mm512_undefined_*(),
@@ -28,6 +33,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace qhx::cpu {
 namespace {
@@ -416,8 +422,12 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 }  // namespace
 }  // namespace qhx::cpu
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif
 
 namespace qhx::cpu {
 

@@ -268,6 +268,8 @@ std::string Runtime::describe(const char* call, abi::ErrorHandle err) const {
 
 namespace {
 
+constexpr std::uint64_t kMaxTensorBytes = 0xFFFFFFFFu;  // Qnn_ClientBuffer_t's dataSize is a uint32
+
 TensorInfo copy_tensor(const abi::Tensor& t, const std::string& what) {
   if (t.version != 1 && t.version != 2)
     fail("qnn-htp: ", what, ": tensor record version ", t.version, " is not 1 or 2 (a newer QNN API?)");
@@ -281,6 +283,15 @@ TensorInfo copy_tensor(const abi::Tensor& t, const std::string& what) {
   if (v.rank > 8 || (v.rank > 0 && v.dims == nullptr))
     fail("qnn-htp: ", what, ": tensor \"", info.name, "\" has rank ", v.rank, " (a layout mismatch?)");
   info.dims.assign(v.dims, v.dims + v.rank);
+  // The backend allocates the dims' product in elements (f32 on the stage side: up to 4
+  // bytes each) and hands QNN the byte count as a 32-bit client-buffer size; dims whose
+  // product passes that would wrap into a buffer smaller than what QNN writes.
+  std::uint64_t elements = 1;
+  for (const std::uint32_t d : info.dims) {
+    if (d != 0 && elements > kMaxTensorBytes / 4 / d)
+      fail("qnn-htp: ", what, ": tensor \"", info.name, "\" is larger than a QNN client buffer (4 GiB)");
+    elements *= d;
+  }
   return info;
 }
 
@@ -303,29 +314,33 @@ BinaryInfo Runtime::read_binary_info(std::span<const std::byte> binary, const st
       e != 0 || bi == nullptr)
     fail("qnn-htp: ", what, ": QnnSystemContext_getBinaryInfo failed: error ", abi::error_code(e),
          " (not a QNN context binary, or a corrupt one)");
+  return binary_info_from(*bi, what);
+}
+
+BinaryInfo binary_info_from(const abi::BinaryInfo& bi, const std::string& what) {
   BinaryInfo out;
-  out.version = bi->version;
+  out.version = bi.version;
   std::uint32_t num_graphs = 0;
   const abi::GraphInfo* graphs = nullptr;
   const char* build = nullptr;
   const char* soc = nullptr;
-  if (bi->version == 1 || bi->version == 2) {
-    build = bi->v1.build_id;
-    soc = bi->v1.soc_version;
-    out.core_api = bi->v1.core_api;
-    out.backend_api = bi->v1.backend_api;
-    num_graphs = bi->v1.num_graphs;
-    graphs = bi->v1.graphs;
-  } else if (bi->version == 3) {
-    build = bi->v3.build_id;
-    soc = bi->v3.soc_version;
-    out.core_api = bi->v3.core_api;
-    out.backend_api = bi->v3.backend_api;
-    out.soc_model = bi->v3.soc_model;
-    num_graphs = bi->v3.num_graphs;
-    graphs = bi->v3.graphs;
+  if (bi.version == 1 || bi.version == 2) {
+    build = bi.v1.build_id;
+    soc = bi.v1.soc_version;
+    out.core_api = bi.v1.core_api;
+    out.backend_api = bi.v1.backend_api;
+    num_graphs = bi.v1.num_graphs;
+    graphs = bi.v1.graphs;
+  } else if (bi.version == 3) {
+    build = bi.v3.build_id;
+    soc = bi.v3.soc_version;
+    out.core_api = bi.v3.core_api;
+    out.backend_api = bi.v3.backend_api;
+    out.soc_model = bi.v3.soc_model;
+    num_graphs = bi.v3.num_graphs;
+    graphs = bi.v3.graphs;
   } else {
-    fail("qnn-htp: ", what, ": context-binary info version ", bi->version,
+    fail("qnn-htp: ", what, ": context-binary info version ", bi.version,
          " is not one this QHexRT reads (1, 2, 3); a newer QAIRT?");
   }
   out.build_id = build != nullptr ? build : "";
@@ -337,6 +352,8 @@ BinaryInfo Runtime::read_binary_info(std::span<const std::byte> binary, const st
       fail("qnn-htp: ", what, ": graph-info version ", gi.version, " is not 1, 2 or 3");
     GraphInfo info;
     info.name = gi.v1.name != nullptr ? gi.v1.name : "";
+    if ((gi.v1.num_inputs > 0 && gi.v1.inputs == nullptr) || (gi.v1.num_outputs > 0 && gi.v1.outputs == nullptr))
+      fail("qnn-htp: ", what, ": graph \"", info.name, "\" lists tensors but no array");
     for (std::uint32_t i = 0; i < gi.v1.num_inputs; ++i) info.inputs.push_back(copy_tensor(gi.v1.inputs[i], what));
     for (std::uint32_t i = 0; i < gi.v1.num_outputs; ++i) info.outputs.push_back(copy_tensor(gi.v1.outputs[i], what));
     out.graphs.push_back(std::move(info));

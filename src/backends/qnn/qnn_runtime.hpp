@@ -40,6 +40,10 @@ struct BinaryInfo {
   std::vector<GraphInfo> graphs;
 };
 
+// What read_binary_info keeps of the System API's answer, checked first: the library
+// reports what the binary's bytes say, so versions, counts and ranks are untrusted.
+BinaryInfo binary_info_from(const abi::BinaryInfo& info, const std::string& what);
+
 // Where the libraries are looked for, in order: $QHX_QNN_LIB_DIR, $QHX_CACHE/qnn/lib,
 // ~/.cache/qhexrt/qnn/lib (scripts/setup_qnn.sh links it to the pinned onnxruntime-qnn's
 // library folder), then the dynamic loader's own search path (LD_LIBRARY_PATH; on a device).
