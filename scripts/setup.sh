@@ -58,6 +58,13 @@ APT_PACKAGES+=(
   libfuzzer-14-dev=1:14.0.6-12
 )
 # --- end of the sanitizer build -------------------------------------------------
+# --- the compiler cache of scripts/test.sh ----------------------------------------
+# The Python package test builds libqhexrt.so again from a clone (pip wheel); ccache
+# hands it the Release build's objects instead of compiling them a second time.
+APT_PACKAGES+=(
+  ccache=4.8+really4.7.5-1
+)
+# --- end of the compiler cache ----------------------------------------------------
 # --- the runtime on 64-bit Arm (scripts/test_aarch64.sh) ----------------------
 # Debian's cross compiler, qemu's user-mode emulator, and the arm64 builds of the
 # runtime's libraries through multiarch (dpkg --add-architecture arm64), pinned as

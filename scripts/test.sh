@@ -15,8 +15,15 @@ echo "== [${SECONDS} s] references: the same tiny configs written and computed b
 HF_HUB_OFFLINE=1 "$QHX_PY_TF5" tests/reference/build_all.py --configs tiny_a_tf5,tiny_b_tf5
 bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 context binaries (docs/qnn.md)
 
+# The compiler cache: the Release build fills it, and the Python package test's
+# `pip wheel` of a clone (the same sources, flags and relative layout: CLONE/build)
+# finds the library's objects there instead of compiling them again. BASEDIR=/ makes
+# the paths relative, so the two trees share entries; -Werror (the Release build's,
+# not pip's) does not change an object that compiled.
+export CCACHE_DIR="${CCACHE_DIR:-$QHX_CACHE/ccache}" CCACHE_BASEDIR=/ CCACHE_IGNOREOPTIONS=-Werror \
+  CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
 echo "== [${SECONDS} s] build (Release)"
-bash scripts/build.sh build
+bash scripts/build.sh build -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 echo "== [${SECONDS} s] qnn-htp bundles of the tiny checkpoints (qhx_export --target qnn-htp; cached)"
 bash scripts/qnn_bundles.sh build
 echo "== [${SECONDS} s] C++ tests (Release)"
@@ -31,12 +38,14 @@ bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZ
 echo "== [${SECONDS} s] C++ tests (ASan + UBSan), with every fuzz target's seeds and regression inputs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2
-echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=20} s, two at a time"
+echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=30} s, two at a time"
 bash scripts/fuzz_all.sh "$QHX_CI_FUZZ_SECONDS" 2
 
 echo "== [${SECONDS} s] Python tests: text parity on the plain reference kernels (the oracle path)"
 QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q
 
 echo "== [${SECONDS} s] Python tests (parity with Hugging Face; fast kernels)"
-QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q
+CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
+  QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q --durations=20
+ccache --show-stats | sed -n '1,6p'  # the package build's hits
 echo "== [${SECONDS} s] all tests passed"

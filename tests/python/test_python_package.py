@@ -83,7 +83,11 @@ def venv_python(tmp_path_factory) -> Path:
         staging = work / "wheel"
         t0 = time.monotonic()
         # What `pip install .` does (PEP 517, build isolation: scikit-build-core from the index).
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(staging), str(clone)],
+        # The CMake tree at CLONE/build rather than a temporary folder: the same relative
+        # layout as the Release build's, so scripts/test.sh's compiler cache (ccache, when
+        # CMAKE_CXX_COMPILER_LAUNCHER says so) serves its objects; the wheel is the same.
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(staging),
+              "--config-settings=build-dir=build", str(clone)],
              timeout=BUILD_TIMEOUT_S)
         print(f"built the qhexrt wheel in {time.monotonic() - t0:.0f} s")
         wheels.mkdir(parents=True, exist_ok=True)
