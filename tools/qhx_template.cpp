@@ -33,7 +33,7 @@ Json read_json(const std::string& path) {
   ss << in.rdbuf();
   try {
     return Json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
     qhx::fail(path, ": not valid JSON (", e.what(), ")");
   }
 }

@@ -44,7 +44,7 @@ std::string ChatTemplate::render_json(std::string_view context_json) const {
   nlohmann::ordered_json context;
   try {
     context = nlohmann::ordered_json::parse(context_json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
     fail(impl_->name, ": the template's context is not JSON (", e.what(), ")");
   }
   if (!context.is_object()) fail(impl_->name, ": the template's context must be a JSON object");

@@ -31,7 +31,7 @@ std::optional<std::string> json_template(const fs::path& path) {
     const std::string text = read_all(path);
     qhx::check_json_depth(text, path.string());
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
     qhx::fail(path.string(), ": not valid JSON (", e.what(), ")");
   }
   if (!j.is_object()) qhx::fail(path.string(), ": expected a JSON object");

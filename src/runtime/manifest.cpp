@@ -72,7 +72,7 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
   Json root;
   try {
     root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number past double
     fail(source, ": not valid JSON: ", e.what());
   }
   if (!root.is_object()) fail(source, ": expected a JSON object at the top level");

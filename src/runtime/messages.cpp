@@ -88,7 +88,7 @@ std::vector<Message> parse_messages(std::string_view json_text, const std::strin
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
     fail(source, ": not JSON (", e.what(), ")");
   }
   if (!doc.is_array()) fail(source, ": expected a JSON array of messages [{\"role\": ..., \"content\": ...}]");

@@ -414,6 +414,8 @@ TEST(TemplateFile, BadFilesNameTheFile) {
   EXPECT_NE(message(no_default).find("no template named \"default\""), std::string::npos);
   const auto bad_json = dir.write("b.json", "{not json");
   EXPECT_EQ(message(bad_json).rfind(bad_json.string() + ": not valid JSON", 0), 0u);
+  const auto huge_number = dir.write("c.json", R"({"chat_template": "T", "x": 1e999})");  // out_of_range, not parse_error
+  EXPECT_EQ(message(huge_number).rfind(huge_number.string() + ": not valid JSON", 0), 0u);
   EXPECT_EQ(message(dir.path() / "absent.jinja"), (dir.path() / "absent.jinja").string() + ": cannot open the chat template file");
 }
 

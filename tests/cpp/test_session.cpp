@@ -378,6 +378,9 @@ TEST(Messages, BadFilesNameTheElement) {
                      {"[0].content[0].path"});
   test::expect_error([&] { parse("[]"); }, {"no messages"});
   test::expect_error([&] { parse("[{"); }, {"conv.json", "not JSON"});
+  // A number past double's range is nlohmann's out_of_range, not parse_error (fuzz_manifest's finding).
+  test::expect_error([&] { parse("[{\"role\":\"user\",\"content\":\"x\",\"n\":-1e400}]"); },
+                     {"conv.json", "not JSON", "number overflow"});
 }
 
 }  // namespace
