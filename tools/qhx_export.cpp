@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(qhx::qnn_socs()));
   app.add_option("--qnn-parts", o.qnn_parts, "with --target qnn-htp: split the decoder into N context binaries "
                  "(default: by size, a part per ~400 MB of int8 weights)")->check(CLI::PositiveNumber);
+  app.add_option("--smoothing", o.smoothing,
+                 "outlier channels of the text decoder folded into the weights: auto (w8 and w4, the default), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   try {
@@ -96,6 +99,8 @@ int main(int argc, char** argv) {
       total += bytes;
     }
     std::printf("  %-32s %12.3f MB\n", "total", static_cast<double>(total) / 1e6);
+    if (s.smoothed_channels > 0)
+      std::printf("outlier smoothing: %zu channel(s) of the text decoder folded into the weights\n", s.smoothed_channels);
     if (verify) {
       const qhx::VerifyReport r = qhx::verify_bundle(s, o);
       for (const auto& c : r.cases)

@@ -31,6 +31,9 @@ struct ExportOptions {
   std::string target = "cpu";
   std::string soc = "SM8750";       // SM8650 (HTP v75) | SM8750 (v79) | SM8850 (v81)
   std::int64_t qnn_parts = 0;       // the decoder's parts (0: the generator chooses by size)
+  // Outlier channels of the text decoder smoothed into the weights at export
+  // (docs/bundle.md, "Outlier smoothing"): "auto" (w8 and w4), "on" (any format), "off".
+  std::string smoothing = "auto";
   // Polled while the export runs (once per matrix row); returning true stops it with an
   // error, nothing published (qhx_export: on SIGINT or SIGTERM).
   std::function<bool()> cancelled;
@@ -39,6 +42,7 @@ struct ExportOptions {
 struct ExportSummary {
   std::vector<std::pair<std::string, std::uint64_t>> files;  // name, bytes
   double seconds = 0;
+  std::size_t smoothed_channels = 0;  // outlier channels smoothed into the weights (0: none found, or off)
   std::filesystem::path out_dir;  // where the bundle is: out_dir made absolute, a symbolic link followed
   std::filesystem::path vlm_manifest, text_manifest;
 };

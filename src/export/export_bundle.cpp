@@ -10,6 +10,7 @@
 #include "common/mapping_guard.hpp"
 #include "export/bundle_manifests.hpp"
 #include "export/export_steps.hpp"
+#include "export/outlier_smoothing.hpp"
 #include "export/staged_bundle.hpp"
 #include "export/test_hooks.hpp"
 #include "formats/bundle_writer.hpp"
@@ -64,19 +65,22 @@ cpu::WeightMatrix source_matrix(const TensorView& t, std::int64_t rows, std::int
 // Declares `name` [rows, cols] in `format` (and its ".scale"), converting
 // from `src` row by row while the file is written.
 void add_matrix(BundleWriter& w, const std::string& name, const TensorView& src, std::int64_t rows, std::int64_t cols,
-                WeightFormat format, Progress& progress) {
+                WeightFormat format, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
   const cpu::WeightMatrix m = source_matrix(src, rows, cols);
-  add_matrix(w, name, format, rows, cols, [m, &progress](std::int64_t r, float* out) {
+  add_matrix(w, name, format, rows, cols, [m, &progress, smoothing, name](std::int64_t r, float* out) {
     cpu::weight_row_to_f32(m, r, out);
+    if (smoothing != nullptr) smoothing->apply_row(name, r, out, m.cols);
     progress.advance(static_cast<std::uint64_t>(m.cols) * dtype_size(m.dtype));
   });
 }
 
 // Vectors (norm weights, biases) are stored as f32 whatever the format.
-void add_vector(BundleWriter& w, const std::string& name, const TensorView& src, Progress& progress) {
+void add_vector(BundleWriter& w, const std::string& name, const TensorView& src, Progress& progress,
+                const OutlierSmoothing* smoothing = nullptr) {
   const cpu::WeightMatrix m = source_matrix(src, 1, src.numel());
   std::vector<float> v(static_cast<std::size_t>(src.numel()));
   cpu::weight_row_to_f32(m, 0, v.data());
+  if (smoothing != nullptr) smoothing->apply_vector(name, v);
   w.add_f32(name, {src.numel()}, v);
   progress.advance(src.nbytes);
 }
@@ -86,15 +90,15 @@ bool starts_with(const std::string& s, std::string_view p) { return s.compare(0,
 // Every tensor of the checkpoint under `prefix` (except `skip` prefixes): matrices in
 // the bundle's format, vectors in f32.
 void add_group(BundleWriter& w, const Checkpoint& ck, std::string_view prefix, std::initializer_list<std::string_view> skip,
-               WeightFormat f, Progress& progress) {
+               WeightFormat f, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
   for (const auto& name : ck.names()) {
     if (!starts_with(name, prefix)) continue;
     bool skipped = false;
     for (const auto s : skip) skipped |= starts_with(name, s);
     if (skipped) continue;
     const TensorView& t = ck.get(name);
-    if (t.shape.size() == 2) add_matrix(w, name, t, t.shape[0], t.shape[1], f, progress);
-    else if (t.shape.size() == 1) add_vector(w, name, t, progress);
+    if (t.shape.size() == 2) add_matrix(w, name, t, t.shape[0], t.shape[1], f, progress, smoothing);
+    else if (t.shape.size() == 1) add_vector(w, name, t, progress, smoothing);
     else fail("tensor ", name, ": unexpected rank ", t.shape.size());
   }
 }
@@ -120,6 +124,8 @@ void check_cpu_export(const ExportOptions& o) {
   if (!format) fail("--weights must be w8, w4, f16 or f32, got \"", o.weights, "\"");
   if (o.image_size <= 0 || o.image_size % 32 != 0) fail("--image-size must be a positive multiple of 32");
   if (o.prefill_chunk <= 0 || o.context <= 1) fail("--prefill-chunk and --context must be positive");
+  if (o.smoothing != "auto" && o.smoothing != "on" && o.smoothing != "off")
+    fail("--smoothing must be auto, on or off, got \"", o.smoothing, "\"");
   const bool quantized = *format == WeightFormat::W8 || *format == WeightFormat::W4;
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
@@ -174,8 +180,13 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   write(files.vision, "vision", [&](BundleWriter& w) {
     add_group(w, ck, "model.visual.", {"model.visual.patch_embed.", "model.visual.pos_embed."}, format, progress);
   });
+  // "auto": where int8 arithmetic meets the activations (w8, w4), outlier channels are
+  // smoothed into the weights (export/outlier_smoothing.hpp).
+  const bool smooth = o.smoothing == "on" || (o.smoothing == "auto" && (format == WeightFormat::W8 || format == WeightFormat::W4));
+  const OutlierSmoothing smoothing = smooth ? plan_outlier_smoothing(ck, cfg.text.num_hidden_layers) : OutlierSmoothing{};
+  out.smoothed_channels = smoothing.channels;
   write(files.llm, "llm_shared", [&](BundleWriter& w) {
-    add_group(w, ck, "model.language_model.", {embed_name}, format, progress);
+    add_group(w, ck, "model.language_model.", {embed_name}, format, progress, smoothing.empty() ? nullptr : &smoothing);
   });
   const WeightFormat head_format =
       !o.lm_head.empty() ? *parse_weight_format(o.lm_head) : (format == WeightFormat::W4 ? WeightFormat::W8 : format);
@@ -239,6 +250,7 @@ ExportSummary export_bundle(const ExportOptions& o) {
     check_cancelled(o);
     stage.publish(!export_test::no_exchange());
     ExportSummary s = published_summary(stage, w.vlm_manifest, w.text_manifest);
+    s.smoothed_channels = w.smoothed_channels;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   });
