@@ -1,6 +1,7 @@
-// w8 matrices stored already in the int8 kernels' panel layout (bundle format
-// version 2, docs/bundle.md; the layout is int8_matmul.hpp's, P = 16), so that
-// opening a bundle maps them instead of repacking them (issue 17).
+// w8 matrices stored already in the int8 kernels' panel layout (int8_matmul.hpp's,
+// P = 16), so that opening a bundle maps them instead of repacking them (issue 17).
+// This is the building block of the planned bundle format version 2; the exporter
+// and the loader do not use it yet (qhx_export still writes version 1).
 //
 // A stored w8 panel matrix NAME of logical shape [rows, cols] is three tensors:
 //   NAME.panels    I8  [panels, k4, 16, 4]  the packed bytes, 0 past the edges
