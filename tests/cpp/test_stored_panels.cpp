@@ -15,7 +15,11 @@
 
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/stored_panels.hpp"
+#include "backends/cpu/stored_panels_file.hpp"
+#include "formats/bundle_writer.hpp"
 #include "qhexrt/error.hpp"
+#include "qhexrt/safetensors.hpp"
+#include "test_support.hpp"
 
 namespace qhx::cpu {
 namespace {
@@ -169,5 +173,44 @@ TEST(StoredPanels, BadStoredArraysAreErrorsNamingWhere) {
   }
 }
 
+// From a real file: BundleWriter aligns the tensors, Checkpoint maps them, and
+// the view's arrays lie inside the mapping (no copy) and give the repack's products.
+TEST(StoredPanels, MappedFromABundleFileWithNoCopy) {
+  std::mt19937 rng(11);
+  const Matrix m = random_matrix(40, 100, rng);
+  std::vector<std::int8_t> pn;
+  std::vector<std::int32_t> rs;
+  std::vector<float> sc;
+  pack_stored_panels(m.q.data(), m.sw.data(), m.rows, m.cols, pn, rs, sc);
+  test::TempDir dir;
+  const auto path = dir.path() / "m.bin";
+  {
+    BundleWriter w(path, {{"role", "test"}, {"weights", "w8"}});
+    w.add("x.weight.panels", DType::I8, {3, 25, 16, 4}, std::as_bytes(std::span(pn)));
+    w.add("x.weight.row_sums", DType::I32, {48}, std::as_bytes(std::span(rs)));
+    w.add("x.weight.scale", DType::F32, {48}, std::as_bytes(std::span(sc)));
+    w.add("y.weight", DType::I8, {1, 4}, std::as_bytes(std::span(pn).first(4)));
+    w.finish();
+  }
+  const auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(path));
+  EXPECT_FALSE(find_stored_panels(*ckpt, path.string(), "y.weight", 1, 4).has_value());  // row-major
+  const auto found = find_stored_panels(*ckpt, path.string(), "x.weight", m.rows, m.cols);
+  ASSERT_TRUE(found.has_value());
+  const TensorView& t = ckpt->get("x.weight.panels");
+  const auto viewed = view_stored_panels(*found, m.rows, m.cols, int8_kernel_best(), ckpt, path.string());
+  EXPECT_EQ(static_cast<const void*>(viewed->data.get()), static_cast<const void*>(t.data));
+  const auto repacked = pack_i8(WeightMatrix::w8(m.q.data(), m.sw.data(), m.rows, m.cols), int8_kernel_best());
+  std::vector<float> x(static_cast<std::size_t>(3 * m.cols));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  std::vector<float> a(static_cast<std::size_t>(3 * m.rows)), b(a.size());
+  linear_i8_packed(x.data(), 3, *viewed, nullptr, a.data());
+  linear_i8_packed(x.data(), 3, *repacked, nullptr, b.data());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  // The shape the config asks for must be the stored one.
+  expect_error([&] { find_stored_panels(*ckpt, path.string(), "x.weight", 80, m.cols); }, "m.bin: tensor x.weight.panels");
+}
+
 }  // namespace
 }  // namespace qhx::cpu
+
