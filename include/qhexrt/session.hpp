@@ -76,6 +76,12 @@ struct GenerationOptions {
   std::vector<std::int32_t> forced_tokens;     // teacher forcing, as GenerationRequest's
   bool keep_step_logits = false;
   bool keep_prompt_logits = false;             // the logits of every *prefilled* prompt position
+  // Prompt-lookup speculation: each decode step verifies up to this many
+  // tokens drafted from an earlier n-gram of prompt + output in one graph run
+  // (0 = off, at most 16). Greedy output is the same with and without; only
+  // greedy requests speculate (sampling, forced tokens and the NPU block
+  // contract decode one token a step).
+  std::int64_t speculate = 0;
 };
 
 class Session {
