@@ -84,6 +84,10 @@ struct GenerationOptions {
   std::int64_t speculate = 0;
 };
 
+// The draft length a "--speculate" value asks for: "ngram" (4 tokens),
+// "ngram:K" (K in [1, 16]) or "off" (0). Throws qhx::Error for anything else.
+std::int64_t parse_speculate(std::string_view spec);
+
 class Session {
  public:
   // `pipeline` must outlive the session.

@@ -32,6 +32,17 @@ TEST(NgramDraft, LongestRecentSuffixProposesWhatFollowedIt) {
   EXPECT_EQ(draft({4, 4}, 3), (std::vector<std::int32_t>{4}));
 }
 
+TEST(ParseSpeculate, AcceptsNgramWithAnOptionalLengthAndRefusesTheRest) {
+  EXPECT_EQ(parse_speculate("ngram"), 4);
+  EXPECT_EQ(parse_speculate("ngram:1"), 1);
+  EXPECT_EQ(parse_speculate("ngram:16"), 16);
+  EXPECT_EQ(parse_speculate("off"), 0);
+  for (const char* bad : {"foo", "ngram:", "ngram:x", "ngram:4x", "ngram4", ""})
+    test::expect_error([&] { parse_speculate(bad); }, {"expected ngram"});
+  for (const char* bad : {"ngram:0", "ngram:17", "ngram:-2"})
+    test::expect_error([&] { parse_speculate(bad); }, {"must be in [1, 16]"});
+}
+
 std::filesystem::path checkpoint(const std::string& config) {
   return test::cache_dir() / "reference" / config / "checkpoint";
 }
