@@ -78,9 +78,10 @@ struct GenerationOptions {
   bool keep_prompt_logits = false;             // the logits of every *prefilled* prompt position
   // Prompt-lookup speculation: each decode step verifies up to this many
   // tokens drafted from an earlier n-gram of prompt + output in one graph run
-  // (0 = off, at most 16). Greedy output is the same with and without; only
-  // greedy requests speculate (sampling, forced tokens and the NPU block
-  // contract decode one token a step).
+  // (0 = off, at most 16). The output is the same with and without, greedy or
+  // sampled with the same seed (every token is drawn from its own exact logits;
+  // a draft is kept when the draw equals it). The NPU block contract decodes one
+  // token a step. With forced_tokens the drafts are the forced tokens.
   std::int64_t speculate = 0;
 };
 

@@ -98,6 +98,39 @@ TEST_P(SpeculateTest, GreedyTextIsIdenticalAndDraftsAreAccepted) {
   EXPECT_GT(accepted, 0) << "no draft was ever accepted: the test does not exercise acceptance";
 }
 
+// Sampling draws once per token from that token's exact logits whether or not
+// it speculates, so a seed gives the same tokens: the output distribution is
+// the model's (a draft is accepted with probability p(draft)).
+TEST_P(SpeculateTest, SampledOutputWithPenaltiesIsIdenticalForEverySeed) {
+  const std::vector<Message> turns{Message::text("user", kRepetitive)};
+  std::int64_t drafted = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    GenerationOptions p = greedy(24, 0), s = greedy(24, 4);
+    SamplingParams sp;
+    sp.temperature = 0.3f;
+    sp.top_k = 5;
+    sp.top_p = 0.9f;
+    sp.repetition_penalty = 1.05f;
+    sp.frequency_penalty = 0.2f;
+    sp.seed = seed;
+    p.sampling = s.sampling = sp;
+    const GenerationResult a = answer(turns, p), b = answer(turns, s);
+    expect_same(a, b, "seed " + std::to_string(seed));
+    drafted += b.draft_tokens;
+  }
+  EXPECT_GT(drafted, 0);
+}
+
+TEST_P(SpeculateTest, ForcedTokensAreVerifiedSeveralARun) {
+  const std::vector<Message> turns{Message::text("user", "hi")};
+  GenerationOptions p = greedy(20, 0), s = greedy(20, 4);
+  p.forced_tokens = s.forced_tokens = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+  const GenerationResult a = answer(turns, p), b = answer(turns, s);
+  expect_same(a, b, "forced");
+  EXPECT_GT(b.accepted_tokens, 4);  // forced tokens drafted ahead are always accepted
+  EXPECT_LT(b.timings.decode_steps, a.timings.decode_steps);
+}
+
 TEST_P(SpeculateTest, GreedyImagePromptIsIdentical) {
   const std::vector<Message> turns{
       {"user", {ContentPart::image_part(ImageSource::file(image("img256x320.png"))),

@@ -5,7 +5,7 @@
 // (embed -> llm -> lm_head) at position p + rope_delta on all three rope axes.
 // Every token it runs joins the session's cache.
 //
-// Speculation (GenerationOptions::speculate, greedy only): the token just
+// Speculation (GenerationOptions::speculate): the token just
 // chosen runs together with up to K tokens drafted by prompt lookup, one graph
 // run of T = K + 1 rows with logits for every row. Draft j is accepted when
 // the token chosen from row j - 1 equals it; row j then already holds the next
@@ -45,12 +45,18 @@ class DecodeStage final : public Stage {
     std::int32_t pos[3];
     if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
     const auto& on_text = ctx.options.on_text;
-    // Sampled requests would need the speculative acceptance rule, forced
-    // tokens are not the model's choice, and a block graph's rows are fixed:
-    // those decode one token a step.
-    const std::int64_t K = ctx.sampling.greedy || ctx.sampling.temperature == 0.0f
-                               ? (ctx.options.forced_tokens.empty() && llm_block(llm) == 0 ? ctx.options.speculate : 0)
-                               : 0;
+    // Sampling needs no separate acceptance rule: each token is still drawn
+    // from its own exact row (one draw per token, as plain decode), and a draft
+    // counts as accepted when the draw equals it. That accepts draft d with
+    // probability p(d) and otherwise yields a draw from p restricted to the
+    // other tokens, which is the speculative rule for a deterministic draft,
+    // and with the same seed gives the very same tokens. A block graph's rows
+    // are fixed: it decodes one token a step.
+    // Forced tokens are known ahead: they are the drafts (always accepted), so
+    // teacher forcing verifies K + 1 of them per graph run, and a benchmark
+    // can time full verification steps on weights that never repeat.
+    const auto& forced_all = ctx.options.forced_tokens;
+    const std::int64_t K = llm_block(llm) == 0 ? ctx.options.speculate : 0;
     std::vector<std::int32_t> drafts, rows_in;
     std::vector<float> rows_x;
     std::vector<std::int32_t> rows_pos;
@@ -102,7 +108,14 @@ class DecodeStage final : public Stage {
       // Drafts only as far as the budget can use: the last row's logits choose token step + k + 1.
       const std::int64_t k = std::min(K, ctx.max_new_tokens - step - 2);
       drafts.clear();
-      if (k > 0) ngram_draft(history, k, drafts);
+      if (k > 0 && !forced_all.empty()) {
+        const auto from = static_cast<std::size_t>(step + 1);
+        if (from < forced_all.size())
+          drafts.assign(forced_all.begin() + static_cast<std::ptrdiff_t>(from),
+                        forced_all.begin() + static_cast<std::ptrdiff_t>(std::min(forced_all.size(), from + static_cast<std::size_t>(k))));
+      } else if (k > 0) {
+        ngram_draft(history, k, drafts);
+      }
       if (drafts.empty()) {
         table.gather(&tok, 1, x.data());
         std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
