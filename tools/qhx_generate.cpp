@@ -30,7 +30,7 @@ double peak_rss_mb() {
 }
 
 struct Args {
-  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages;
+  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages, speculate;
   std::vector<std::string> images, stop;
   std::optional<std::int64_t> image_cache_mb;
   bool replay = false;
@@ -159,6 +159,7 @@ int run(const Args& args_in) {
   opts.sampling = sampling_from(a, pipe.default_sampling());
   opts.stop = a.stop;
   opts.forced_tokens = a.force_tokens;
+  if (!a.speculate.empty()) opts.speculate = qhx::parse_speculate(a.speculate);
   opts.keep_step_logits = !a.dump_logits.empty();
   opts.keep_prompt_logits = !a.dump_prompt_logits.empty();
   opts.on_text = [](std::string_view text) {
@@ -188,6 +189,7 @@ int run(const Args& args_in) {
     req.sampling = opts.sampling;
     req.stop = opts.stop;
     req.forced_tokens = opts.forced_tokens;
+    req.speculate = opts.speculate;
     req.keep_step_logits = opts.keep_step_logits;
     req.keep_prompt_logits = opts.keep_prompt_logits;
     req.on_text = [&](std::string_view text) { opts.on_text(text); };
@@ -226,6 +228,9 @@ int run(const Args& args_in) {
                  t.load_ms, r.prompt_tokens.size(), static_cast<long long>(r.cached_tokens), t.prefill_ms, t.ttft_ms,
                  t.decode_ms_per_token, t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
                  static_cast<long long>(t.decode_steps), r.stop_reason.c_str());
+    if (r.draft_tokens > 0)
+      std::fprintf(stderr, "speculation: %lld of %lld drafted tokens accepted\n", static_cast<long long>(r.accepted_tokens),
+                   static_cast<long long>(r.draft_tokens));
   }
 
   if (!a.dump_logits.empty()) {
@@ -262,11 +267,13 @@ int run(const Args& args_in) {
           {"prompt_tokens", r.prompt_tokens},
           {"cached_tokens", r.cached_tokens},
           {"stop_reason", r.stop_reason},
+          {"draft_tokens", r.draft_tokens},
+          {"accepted_tokens", r.accepted_tokens},
           {"timings",
            {{"load_ms", t.load_ms}, {"vision_ms", t.vision_ms}, {"image_tokens", t.image_tokens},
             {"images_encoded", t.images_encoded}, {"image_cache_hits", t.image_cache_hits},
             {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
-            {"decode_ms_per_token", t.decode_ms_per_token}}},
+            {"decode_ms_per_token", t.decode_ms_per_token}, {"decode_steps", t.decode_steps}}},
           {"image_cache", {{"hits", cache.hits}, {"misses", cache.misses}, {"entries", cache.entries},
                            {"bytes", cache.bytes}}},
           {"peak_rss_mb", peak_rss_mb()}};
@@ -295,6 +302,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
   app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0 = off)");
   app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty, times each token's count (0 = off)");
+  app.add_option("--speculate", a.speculate,
+                 "ngram[:K]: verify up to K (default 4, at most 16) prompt-lookup drafted tokens per step; "
+                 "greedy only, same output");
   app.add_option("--seed", a.seed, "random seed for sampling");
   app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);
   app.add_option("--system", a.system, "a system message before the user's");

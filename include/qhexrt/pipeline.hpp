@@ -40,6 +40,7 @@ struct GenerationRequest {
   std::vector<std::int32_t> forced_tokens;
   bool keep_step_logits = false;          // the logits that chose each generated token
   bool keep_prompt_logits = false;        // the logits at every prompt position
+  std::int64_t speculate = 0;             // n-gram draft length (see GenerationOptions)
 };
 
 struct Timings {
@@ -63,6 +64,8 @@ struct GenerationResult {
   std::string stop_reason;                  // "stop_token", "stop_string", "max_new_tokens" or "cancelled"
   std::int64_t cached_tokens = 0;           // prompt tokens whose KV came from the session's cache
   std::int64_t vocab = 0;                   // logits row width
+  std::int64_t draft_tokens = 0;            // tokens speculation drafted and the model verified
+  std::int64_t accepted_tokens = 0;         // drafted tokens the model agreed with (emitted or not)
   std::vector<float> step_logits;           // [tokens.size(), vocab] if requested
   std::vector<float> prompt_logits;         // [prompt_tokens.size() - cached_tokens, vocab] if requested
   Timings timings;

@@ -76,7 +76,18 @@ struct GenerationOptions {
   std::vector<std::int32_t> forced_tokens;     // teacher forcing, as GenerationRequest's
   bool keep_step_logits = false;
   bool keep_prompt_logits = false;             // the logits of every *prefilled* prompt position
+  // Prompt-lookup speculation: each decode step verifies up to this many
+  // tokens drafted from an earlier n-gram of prompt + output in one graph run
+  // (0 = off, at most 16). The output is the same with and without, greedy or
+  // sampled with the same seed (every token is drawn from its own exact logits;
+  // a draft is kept when the draw equals it). The NPU block contract decodes one
+  // token a step. With forced_tokens the drafts are the forced tokens.
+  std::int64_t speculate = 0;
 };
+
+// The draft length a "--speculate" value asks for: "ngram" (4 tokens),
+// "ngram:K" (K in [1, 16]) or "off" (0). Throws qhx::Error for anything else.
+std::int64_t parse_speculate(std::string_view spec);
 
 class Session {
  public:

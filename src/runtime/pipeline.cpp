@@ -18,6 +18,7 @@
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
+#include "sampling/ngram_draft.hpp"
 #include "backends/qnn/qnn_runtime.hpp"
 #include "runtime/pipeline_impl.hpp"
 #include "backends/cpu/thread_pool.hpp"
@@ -328,6 +329,8 @@ GenerationResult Pipeline::Impl::run(const TurnInput& input, const GenerationOpt
   if (ctx.max_new_tokens < 1) fail("max new tokens must be >= 1, got ", ctx.max_new_tokens);
   if (ctx.max_new_tokens >= m.context_length)
     fail("max new tokens (", ctx.max_new_tokens, ") must be below the context length (", m.context_length, ")");
+  if (options.speculate < 0 || options.speculate > kMaxSpeculate)
+    fail("speculate: draft length ", options.speculate, " is outside [0, ", kMaxSpeculate, "]");
   const std::size_t n_images = input.images().size();
   if (n_images > 0 && !has_image_stages(m))
     fail(m.source, ": this plan has no image stages (a text-only manifest); it cannot take an image");
@@ -395,6 +398,7 @@ GenerationResult Pipeline::generate(const GenerationRequest& request) {
   options.stop = request.stop;
   options.resize = request.resize;
   options.forced_tokens = request.forced_tokens;
+  options.speculate = request.speculate;
   options.keep_step_logits = request.keep_step_logits;
   options.keep_prompt_logits = request.keep_prompt_logits;
   if (request.on_text)
