@@ -55,7 +55,7 @@ class DecodeStage final : public Stage {
     // Forced tokens are known ahead: they are the drafts (always accepted), so
     // teacher forcing verifies K + 1 of them per graph run, and a benchmark
     // can time full verification steps on weights that never repeat.
-    const auto& forced_all = ctx.options.forced_tokens;
+    const auto& forced = ctx.options.forced_tokens;
     const std::int64_t K = llm_block(llm) == 0 ? ctx.options.speculate : 0;
     std::vector<std::int32_t> drafts, rows_in;
     std::vector<float> rows_x;
@@ -71,7 +71,6 @@ class DecodeStage final : public Stage {
       if (spec_live)  // this step's logits are row `row` of the last verification run
         std::copy_n(step_rows.data() + row * static_cast<std::size_t>(V), V, ctx.logits.data());
       if (ctx.options.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
-      const auto& forced = ctx.options.forced_tokens;
       const std::int32_t tok = static_cast<std::size_t>(step) < forced.size() ? forced[static_cast<std::size_t>(step)]
                                                                               : sampler.sample(ctx.logits, history);
       out.tokens.push_back(tok);
@@ -108,11 +107,11 @@ class DecodeStage final : public Stage {
       // Drafts only as far as the budget can use: the last row's logits choose token step + k + 1.
       const std::int64_t k = std::min(K, ctx.max_new_tokens - step - 2);
       drafts.clear();
-      if (k > 0 && !forced_all.empty()) {
+      if (k > 0 && !forced.empty()) {
         const auto from = static_cast<std::size_t>(step + 1);
-        if (from < forced_all.size())
-          drafts.assign(forced_all.begin() + static_cast<std::ptrdiff_t>(from),
-                        forced_all.begin() + static_cast<std::ptrdiff_t>(std::min(forced_all.size(), from + static_cast<std::size_t>(k))));
+        if (from < forced.size())
+          drafts.assign(forced.begin() + static_cast<std::ptrdiff_t>(from),
+                        forced.begin() + static_cast<std::ptrdiff_t>(std::min(forced.size(), from + static_cast<std::size_t>(k))));
       } else if (k > 0) {
         ngram_draft(history, k, drafts);
       }
