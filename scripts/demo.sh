@@ -8,8 +8,10 @@
 # (checked against its fp32 source by the export gate) and the bundle captions
 # assets/sample.png through the seed's command line.
 #
-# With no checkpoint, the demo builds a random-weight checkpoint of a small Qwen3-VL config
-# and runs the very same pipeline, with timings: its text is meaningless by construction.
+# With no checkpoint, the demo trains (once, cached in $QHX_CACHE/toy) a tiny Qwen3-VL on a
+# synthetic task of simple scenes (scripts/toy_task.py, scripts/toy_train.py: a few minutes on
+# 2 cores), exports it the same way and captions fresh images of the task, printing each image's
+# true caption beside QHexRT's.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$QHX_ROOT"
@@ -22,11 +24,33 @@ if [ -n "$model" ] && [ ! -d "$model" ]; then
   model="$("$QHX_PY" -c 'import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))' "$model")"
 fi
 if [ -z "$model" ]; then
-  echo "== no Qwen3-VL checkpoint given: building a RANDOM-WEIGHT demo checkpoint (small config)."
-  echo "   Everything below runs for real, but the generated text is meaningless: the weights are noise."
-  echo "   Give a checkpoint to caption for real: bash scripts/demo.sh /path/to/Qwen3-VL-2B-Instruct"
-  HF_HUB_OFFLINE=1 "$QHX_PY" tests/reference/build_all.py --configs tiny_a --no-images >/dev/null
-  model="$QHX_CACHE/reference/tiny_a/checkpoint"
+  echo "== no Qwen3-VL checkpoint given: the demo runs a TINY Qwen3-VL trained here on a TOY task"
+  echo "   (shapes, colours and numbered signs; scripts/toy_task.py). It knows nothing else."
+  echo "   For the real model: bash scripts/demo.sh /path/to/Qwen3-VL-2B-Instruct"
+  echo "== train the toy model (or reuse the cached one): $QHX_CACHE/toy/checkpoint"
+  HF_HUB_OFFLINE=1 "$QHX_PY" scripts/toy_train.py >/dev/null
+  model="$QHX_CACHE/toy/checkpoint"
+  bundle="$QHX_CACHE/bundles/toy-w8"
+  echo "== export $model -> $bundle (w8, 96x96 images), with the export gate"
+  build/bin/qhx_export --hf "$model" --out "$bundle" --weights w8 --image-size 96 --verify --quiet
+  images="$(mktemp -d)"
+  trap 'rm -rf "$images"' EXIT
+  seed=$(( $(date +%s) % 100000 + 1000 ))  # fresh scenes each run; training never uses these seeds
+  "$QHX_PY" scripts/toy_task.py --seed "$seed" --count 3 --out "$images" >/dev/null
+  echo "== caption 3 fresh images of the task (seed $seed) with the seed's command line, CPU backend"
+  for i in 0 1 2; do
+    img="$images/000$i.png"
+    truth="$("$QHX_PY" -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["image"] == sys.argv[2] and r["kind"] == "caption": print(r["answer"])' "$images/tasks.jsonl" "000$i.png")"
+    ours="$(build/bin/qhx_generate "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$img" 2>/dev/null)"
+    echo "   image $i   true caption: $truth"
+    echo "             QHexRT:       $ours"
+  done
+  echo "== the same, with its timings (image 0)"
+  build/bin/qhx_generate "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$images/0000.png"
+  exit 0
 fi
 
 bundle="$QHX_CACHE/bundles/$(basename "$model")-w8"

@@ -41,6 +41,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=30} s, two at a time"
 bash scripts/fuzz_all.sh "$QHX_CI_FUZZ_SECONDS" 2
 
+echo "== [${SECONDS} s] the toy model: a tiny Qwen3-VL trained on its synthetic task (scripts/toy_train.py; cached)"
+HF_HUB_OFFLINE=1 "$QHX_PY" scripts/toy_train.py
+
 echo "== [${SECONDS} s] Python tests: text parity on the plain reference kernels (the oracle path)"
 QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q
 
@@ -48,4 +51,6 @@ echo "== [${SECONDS} s] Python tests (parity with Hugging Face; fast kernels)"
 CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
   QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q --durations=20
 ccache --show-stats | sed -n '1,6p'  # the package build's hits
+echo "== the toy model's held-out accuracy per path (tests/python/test_toy_accuracy.py)"
+cat "$QHX_CACHE/toy/accuracy.md"
 echo "== [${SECONDS} s] all tests passed"

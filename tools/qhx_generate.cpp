@@ -2,6 +2,7 @@
 //
 //   qhx_generate -m MANIFEST_OR_HF_DIR -p PROMPT [-n N] [sampling flags] [--json] ...
 //   qhx_generate MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]   (the seed's form)
+//   qhx_generate -m MANIFEST --batch TASKS.jsonl [--json]          (many requests, one load)
 //
 // Text streams to stdout as it is generated; speed goes to stderr. With
 // --json the last stdout line is one JSON object describing the run.
@@ -30,7 +31,7 @@ double peak_rss_mb() {
 }
 
 struct Args {
-  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages, speculate;
+  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages, speculate, batch;
   std::vector<std::string> images, stop;
   std::optional<std::int64_t> image_cache_mb;
   bool replay = false;
@@ -105,6 +106,58 @@ struct DumpCollector {
   }
 };
 
+// One line of a --batch file: {"prompt": "...", "image": "a.png"} or "images": [...], and an
+// optional "system"; image paths are relative to the file's folder. Other keys (a task file's
+// "answer", say) are ignored, so a dataset's own file can be run as it is.
+struct BatchTask {
+  std::string prompt;
+  std::optional<std::string> system;
+  std::vector<std::filesystem::path> images;
+};
+
+std::vector<BatchTask> read_batch(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) qhx::fail(path, ": cannot open the batch file");
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::vector<BatchTask> tasks;
+  std::string line;
+  for (std::int64_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto where = [&] { return path + ":" + std::to_string(no); };
+    // A task is flat: a depth bound keeps a hostile line from nesting without end.
+    const auto shallow = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > 4) qhx::fail(where(), ": nested too deeply for a task");
+      return true;
+    };
+    nlohmann::json j = nlohmann::json::parse(line, shallow, /*allow_exceptions=*/false);
+    if (j.is_discarded()) qhx::fail(where(), ": not a JSON object (one task per line)");
+    if (!j.is_object()) qhx::fail(where(), ": a task is a JSON object, got ", j.type_name());
+    BatchTask t;
+    const auto text = [&](const char* key) -> std::optional<std::string> {
+      const auto it = j.find(key);
+      if (it == j.end()) return std::nullopt;
+      if (!it->is_string()) qhx::fail(where(), ": \"", key, "\" must be a string, got ", it->type_name());
+      return it->get<std::string>();
+    };
+    const auto prompt = text("prompt");
+    if (!prompt) qhx::fail(where(), ": no \"prompt\"");
+    t.prompt = *prompt;
+    t.system = text("system");
+    if (const auto image = text("image")) t.images.push_back(dir / *image);
+    if (const auto it = j.find("images"); it != j.end()) {
+      if (!it->is_array()) qhx::fail(where(), ": \"images\" must be an array of paths");
+      for (const auto& im : *it) {
+        if (!im.is_string()) qhx::fail(where(), ": \"images\" must be an array of paths");
+        t.images.push_back(dir / im.get<std::string>());
+      }
+    }
+    tasks.push_back(std::move(t));
+  }
+  if (in.bad()) qhx::fail(path, ": read error");
+  if (tasks.empty()) qhx::fail(path, ": no tasks (one JSON object per line)");
+  return tasks;
+}
+
 int run(const Args& args_in) {
   Args a = args_in;
   if (!a.positional.empty()) apply_positional(a);
@@ -115,6 +168,14 @@ int run(const Args& args_in) {
     if (!warning.empty()) std::fprintf(stderr, "qhx_generate: warning: %s\n", warning.c_str());
   }
 
+  std::vector<BatchTask> batch;
+  if (!a.batch.empty()) {
+    if (!a.prompt.empty() || !a.images.empty() || !a.messages.empty() || a.raw || a.replay)
+      qhx::fail("--batch gives every request: it does not go with -p, -i, --messages, --replay or --raw");
+    if (!a.dump_logits.empty() || !a.dump_prompt_logits.empty() || !a.dump_dir.empty() || !a.force_tokens.empty())
+      qhx::fail("--batch does not go with the --dump-* options or --force-tokens (they describe one request)");
+    batch = read_batch(a.batch);  // before the model loads, so errors name the file and line
+  }
   std::vector<qhx::Message> messages;
   if (!a.messages.empty()) {
     if (!a.prompt.empty() || !a.system.empty() || !a.images.empty() || a.raw)
@@ -135,6 +196,7 @@ int run(const Args& args_in) {
     qhx::fail("--replay needs --messages");
   }
   bool has_images = !a.images.empty();
+  for (const auto& t : batch) has_images |= !t.images.empty();
   for (const auto& m : messages)
     for (const auto& part : m.content) has_images |= part.kind == qhx::ContentPart::Kind::Image;
   if (a.print_plan) {  // the plan open() would pick: for a bundle folder, by whether there are images
@@ -178,6 +240,34 @@ int run(const Args& args_in) {
   // replaced by the answers); otherwise only the last one is answered.
   std::vector<qhx::GenerationResult> results;
   std::vector<qhx::ImageCacheStats> cache_after;  // the image cache's counters after each turn
+  if (!batch.empty()) {
+    // Independent requests on one loaded pipeline: each answer is one line of stdout
+    // (its newlines escaped as \\n, so line i answers task i), or one JSON object with --json.
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      qhx::GenerationRequest req;
+      req.prompt = batch[i].prompt;
+      req.system = batch[i].system ? batch[i].system : (a.system.empty() ? std::nullopt : std::optional(a.system));
+      req.images = batch[i].images;
+      req.resize = opts.resize;
+      req.max_new_tokens = opts.max_new_tokens;
+      req.sampling = opts.sampling;
+      req.stop = opts.stop;
+      req.speculate = opts.speculate;
+      const qhx::GenerationResult r = pipe.generate(req);
+      if (a.json) {
+        const nlohmann::json j = {{"index", i}, {"text", r.text}, {"tokens", r.tokens},
+                                  {"prompt_tokens", r.prompt_tokens.size()}, {"stop_reason", r.stop_reason},
+                                  {"ttft_ms", r.timings.ttft_ms}, {"decode_ms_per_token", r.timings.decode_ms_per_token}};
+        std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+      } else {
+        std::string line;
+        for (const char c : r.text) line += c == '\n' ? std::string("\\n") : std::string(1, c);
+        std::cout << line << std::endl;
+      }
+    }
+    std::fprintf(stderr, "batch: %zu requests, peak RSS %.0f MB\n", batch.size(), peak_rss_mb());
+    return 0;
+  }
   if (messages.empty()) {
     qhx::GenerationRequest req;
     req.prompt = a.prompt;
@@ -314,6 +404,9 @@ int main(int argc, char** argv) {
   app.add_flag("--replay", a.replay,
                "with --messages: answer every user turn in order through one session (the file's assistant turns "
                "are replaced by the answers); --json prints a line per turn");
+  app.add_option("--batch", a.batch,
+                 "many independent requests on one load: a JSON-lines file, one {prompt, image or images, system} "
+                 "per line (paths relative to the file); prints one answer per line (or one JSON object with --json)");
   app.add_option("--stop", a.stop, "a stop string (repeatable): the answer ends before it");
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
       ->check(CLI::NonNegativeNumber);

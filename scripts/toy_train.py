@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""Trains the toy Qwen3-VL on the synthetic task of scripts/toy_task.py (issue 18).
+
+    scripts/toy_train.py [--out DIR] [--steps N] [--force]
+
+transformers' own Qwen3VLForConditionalGeneration on a small config with the real architecture
+(DeepStack, M-RoPE, the real Qwen3 vocabulary and chat template, embeddings tied as in the real
+model), trained from transformers' own initialization with a fixed seed on 2 CPU threads, then
+saved with save_pretrained in bfloat16 like the real checkpoint, with the real tokenizer files:
+a checkpoint any Qwen3-VL loader reads. Default DIR: $QHX_CACHE/toy/checkpoint.
+
+Idempotent: a checkpoint whose qhx_stamp.json holds the hash of (recipe, this file, the task
+generator, the tokenizer, package versions) is reused; built in a sibling folder and renamed into
+place, so an interrupted run never leaves half a checkpoint.
+
+The recipe, and why:
+  - every step draws fresh scenes (no epoch, no overfitting) and one question per scene, the
+    kind first (uniform over the kinds the scene supports), so captions and rare signs are seen
+    as often as counts;
+  - the loss is the cross-entropy of the answer and its <|im_end|> only (the prompt is given);
+  - the output softmax runs over a sampled subset of the real 151,936-token vocabulary: every
+    token the task's answers use plus 4,096 others drawn afresh each step. Logits for the whole
+    vocabulary at each answer position would cost 30x the rest of the step on this CPU; the
+    sampled negatives still push every other token down, and greedy decoding at test time
+    takes the argmax over the whole vocabulary (the accuracy tests measure exactly that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
+
+import toy_task  # noqa: E402
+import tiny_configs  # noqa: E402
+from common import (STAMP_FILE, package_versions, read_stamp, replace_dir, sha256_file,  # noqa: E402
+                    sha256_json, tokenizer_dir, write_json, write_tokenizer_and_processor_files)
+
+SCRIPT_VERSION = 1
+SEED = 0
+IMAGE_SIZE = toy_task.SIZE
+IM_END = tiny_configs.EOS_TOKEN_ID
+IMAGE_PAD = "<|image_pad|>"
+
+# The recipe (the stamp hashes it; change a value and the checkpoint is rebuilt).
+RECIPE: dict[str, Any] = {
+    "vision_steps": 300, "steps": 650, "batch": 32, "lr": 2e-3, "warmup": 60, "weight_decay": 0.01,
+    "betas": [0.9, 0.98], "grad_clip": 1.0, "negatives": 4096, "aux_weight": 0.5, "seed": SEED,
+}
+
+
+def toy_config() -> dict[str, Any]:
+    """The toy's Qwen3-VL config: tiny widths, the real vocabulary, ids and preprocessing constants."""
+    cfg = tiny_configs._top(
+        tiny_configs._text(hidden=128, inter=384, layers=4, heads=4, kv_heads=2, head_dim=32,
+                           mrope_section=[6, 5, 5]),
+        tiny_configs._vision(depth=3, hidden=128, heads=2, inter=256, out_hidden=128, deepstack=[1, 2]),
+    )
+    return cfg
+
+
+def preprocessor_config() -> dict[str, Any]:
+    """The hub's processor file with min_pixels lowered to one toy image, so transformers keeps the
+    96 x 96 pixels as they are (QHexRT's fixed resize to the bundle's --image-size 96 does too)."""
+    from common import PREPROCESSOR_CONFIG
+    px = IMAGE_SIZE * IMAGE_SIZE
+    return {**PREPROCESSOR_CONFIG, "size": {"longest_edge": 16777216, "shortest_edge": px}, "min_pixels": px}
+
+
+def default_out() -> Path:
+    return Path(os.environ.get("QHX_CACHE", Path.home() / ".cache" / "qhexrt")) / "toy" / "checkpoint"
+
+
+def recipe_hash(tok_dir: Path, recipe: dict[str, Any]) -> str:
+    here = Path(__file__).resolve()
+    return sha256_json({
+        "config": toy_config(), "recipe": recipe, "script_version": SCRIPT_VERSION,
+        "sources": [sha256_file(here), sha256_file(here.parent / "toy_task.py")],
+        "tokenizer_json_sha256": sha256_file(tok_dir / "tokenizer.json"),
+        "preprocessor": preprocessor_config(), "versions": package_versions(),
+    })
+
+
+class Prompts:
+    """Token ids of a user turn [image, text] rendered by the checkpoint's chat template, as a
+    user of transformers gets them (apply_chat_template, then one <|image_pad|> per merged token)."""
+
+    def __init__(self, ckpt_dir: Path, n_pads: int):
+        from tokenizers import Tokenizer
+        from make_text_reference import load_tokenizer
+
+        self.tok = load_tokenizer(ckpt_dir)
+        self.bare = Tokenizer.from_file(str(ckpt_dir / "tokenizer.json"))
+        self.n_pads = n_pads
+        self._cache: dict[str, list[int]] = {}
+
+    def prompt(self, text: str) -> list[int]:
+        if text not in self._cache:
+            msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+            rendered = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            assert rendered.count(IMAGE_PAD) == 1, rendered
+            rendered = rendered.replace(IMAGE_PAD, IMAGE_PAD * self.n_pads)
+            self._cache[text] = self.bare.encode(rendered, add_special_tokens=False).ids
+        return self._cache[text]
+
+    def answer(self, text: str) -> list[int]:
+        return self.bare.encode(text, add_special_tokens=False).ids + [IM_END]
+
+
+def pixel_rows(img):
+    """[patches, 1536] f32 of a 96 x 96 RGB image: the processor's normalization and flattening."""
+    import numpy as np
+    from make_image_reference import flatten_patches, normalize_fast
+
+    return flatten_patches(normalize_fast(np.asarray(img, dtype=np.uint8)))
+
+
+def answer_vocabulary(prompts: Prompts) -> list[int]:
+    """Every token id any answer of the task can use (by enumerating the answer parts)."""
+    words = set()
+    for c in list(toy_task.SHAPE_COLOURS) + list(toy_task.BACKGROUNDS):
+        words |= {c, c.capitalize(), " " + c}
+    words |= {" " + s for s in toy_task.SHAPES} | {p + "." for p in toy_task.PLACES.values()}
+    words |= {w + "." for w in toy_task.NUMBER_WORDS.values()} | {f"{n}." for n in range(100)}
+    words |= {"A", " a", " and", " on", " background.", ",", " sign", " saying", "."}
+    ids = {IM_END}
+    for w in words:
+        ids.update(prompts.bare.encode(w, add_special_tokens=False).ids)
+    return sorted(ids)
+
+
+def speed_up_for_training(model) -> None:
+    """Two rewrites of the vision tower's forward for training only, each the same arithmetic as
+    transformers' (the saved weights do not depend on them): every image of a batch has the same
+    size, so the per-image attention loop becomes one batched call, and the patch embedding's
+    Conv3d, whose kernel equals its stride, becomes the matrix product it is."""
+    import types
+
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb_vision
+
+    def attention(self, hidden_states, cu_seqlens, rotary_pos_emb=None, position_embeddings=None, **kwargs):
+        n_all = hidden_states.shape[0]
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        n = lengths[0]
+        assert all(x == n for x in lengths), lengths
+        q, k, v = self.qkv(hidden_states).reshape(n_all, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
+        b = len(lengths)
+        q, k, v = (t.reshape(b, n, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))  # [B, heads, n, d]
+        o = F.scaled_dot_product_attention(q, k, v, scale=self.scaling)
+        return self.proj(o.transpose(1, 2).reshape(n_all, -1))
+
+    def patch_embed(self, hidden_states):
+        w = self.proj.weight
+        return F.linear(hidden_states.view(-1, w[0].numel()).to(w.dtype), w.view(w.shape[0], -1), self.proj.bias)
+
+    for blk in model.model.visual.blocks:
+        blk.attn.forward = types.MethodType(attention, blk.attn)
+    pe = model.model.visual.patch_embed
+    pe.forward = types.MethodType(patch_embed, pe)
+
+
+class CellProbe:
+    """The auxiliary vision targets: a linear read-out of each merged vision token (one grid cell)
+    predicting what the cell holds (kind, colour, the sign's two digits, the background there) and
+    which cell it is. Without it the language model's loss reaches the vision tower only through
+    attention that is still diffuse, and 700 steps teach it the background colour and little
+    else; with it the tokens carry the scene from the first steps. Not part of the checkpoint."""
+
+    SIZES = (len(toy_task.CELL_KINDS), len(toy_task.CELL_COLOURS), len(toy_task.CELL_DIGITS),
+             len(toy_task.CELL_DIGITS), len(toy_task.CELL_BACKGROUNDS), toy_task.GRID ** 2)
+
+    def __init__(self, dim: int):
+        import torch
+        self.linear = torch.nn.Linear(dim, sum(self.SIZES))
+
+    def loss(self, tokens, labels):
+        """tokens [B*9, dim]; labels [B*9, 6] (the five cell labels and the cell index)."""
+        import torch
+        logits = self.linear(tokens).split(self.SIZES, dim=1)
+        return sum(torch.nn.functional.cross_entropy(lg, labels[:, k]) for k, lg in enumerate(logits))
+
+
+def cell_targets(scenes) -> "Any":
+    import torch
+    return torch.tensor([[*lab, c] for sc in scenes for c, lab in enumerate(toy_task.cell_labels(sc))])
+
+
+class LazyAdam:
+    """Adam for the tied embedding, updating only the rows a step touched (the prompt's tokens and
+    the sampled softmax's candidates): an update of all 151,936 rows would cost more than the
+    rest of the step, and the untouched rows' gradient is zero."""
+
+    def __init__(self, weight, lr: float, betas: tuple[float, float], eps: float = 1e-8):
+        import torch
+        self.w, self.lr, self.b1, self.b2, self.eps = weight, lr, betas[0], betas[1], eps
+        self.m = torch.zeros_like(weight)
+        self.v = torch.zeros_like(weight)
+        self.t = torch.zeros(weight.shape[0])
+
+    def step(self, rows, lr_scale: float) -> None:
+        import torch
+        with torch.no_grad():
+            g = self.w.grad[rows]
+            self.t[rows] += 1
+            t = self.t[rows].unsqueeze(1)
+            m = self.m[rows].mul_(self.b1).add_(g, alpha=1 - self.b1)
+            v = self.v[rows].mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+            self.m[rows], self.v[rows] = m, v
+            upd = (m / (1 - self.b1 ** t)) / ((v / (1 - self.b2 ** t)).sqrt() + self.eps)
+            self.w[rows] -= self.lr * lr_scale * upd
+
+
+def vision_stage(model, probe: CellProbe, recipe: dict[str, Any], grid: int, seen: list[Any]) -> None:
+    """Stage 1: the vision tower and the probe alone, on the cell targets (no language model)."""
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+
+    params = list(model.model.visual.parameters()) + list(probe.linear.parameters())
+    opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]), weight_decay=0.0)
+    steps, warm = recipe["vision_steps"], recipe["warmup"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    bar = tqdm(range(steps), desc="toy training, stage 1 (vision)", unit="step", mininterval=2.0, file=sys.stderr)
+    recent: list[float] = []
+    for step in bar:
+        scenes, pix = [], []
+        for j in range(recipe["batch"]):
+            scene, img = toy_task.scene_and_image(f"toy-vision-scene:{recipe['seed']}:{step}:{j}")
+            scenes.append(scene)
+            pix.append(pixel_rows(img))
+        seen.clear()
+        model.model.visual(torch.from_numpy(np.concatenate(pix)), grid_thw=torch.tensor([[1, grid, grid]] * len(pix)))
+        loss = probe.loss(seen[0], cell_targets(scenes))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, recipe["grad_clip"])
+        opt.step()
+        sched.step()
+        recent = (recent + [float(loss.detach())])[-20:]
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}")
+    bar.close()
+
+
+def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(int(os.environ.get("QHX_TOY_THREADS", "2")))
+    torch.manual_seed(recipe["seed"])
+    tok_dir = tokenizer_dir()
+    stage = out.parent / (out.name + ".tmp")
+    if stage.exists():
+        import shutil
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    write_tokenizer_and_processor_files(stage, tok_dir)
+    write_json(stage / "preprocessor_config.json", preprocessor_config(), indent=4, final_newline=False)
+
+    config = Qwen3VLConfig(**toy_config())
+    config._attn_implementation = "eager"  # CPU sdpa with a padding mask is 10x slower in backward
+    model = Qwen3VLForConditionalGeneration(config)
+    emb = model.model.language_model.embed_tokens.weight
+    assert model.lm_head.weight is emb, "lm_head is not tied to embed_tokens"
+    grid = IMAGE_SIZE // 16                       # patches per side
+    prompts = Prompts(stage, n_pads=grid * grid // 4)
+    task_vocab = torch.tensor(answer_vocabulary(prompts))
+    vocab = emb.shape[0]
+
+    speed_up_for_training(model)
+    probe = CellProbe(config.vision_config.out_hidden_size)
+    seen: list[Any] = []  # the vision tower's merged tokens of the current step
+    model.model.visual.register_forward_hook(lambda _m, _a, out: seen.append(out[0]))
+    vision_stage(model, probe, recipe, grid, seen)
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():  # the tied embedding is visited once, and left to LazyAdam
+        if p is emb:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe["weight_decay"]},
+                             {"params": no_decay + list(probe.linear.parameters()), "weight_decay": 0.0}],
+                            lr=recipe["lr"], betas=tuple(recipe["betas"]), foreach=True)
+    emb_opt = LazyAdam(emb, recipe["lr"], tuple(recipe["betas"]))
+    steps, warm = recipe["steps"], recipe["warmup"]
+    schedule = lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))  # noqa: E731
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    gen = torch.Generator().manual_seed(recipe["seed"] + 1)
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(steps), desc="toy training", unit="step", mininterval=2.0, file=sys.stderr)
+    for step in bar:
+        ids_rows, pix, targets, scenes = [], [], [], []
+        for j in range(recipe["batch"]):
+            rng = random.Random(f"toy-train:{recipe['seed']}:{step}:{j}")
+            scene, img = toy_task.scene_and_image(f"toy-train-scene:{recipe['seed']}:{step}:{j}")
+            qs = toy_task.questions(scene)
+            scenes.append(scene)
+            kind = rng.choice([k for k in toy_task.KINDS if qs[k]])
+            question, answer = rng.choice(qs[kind])
+            p, a = prompts.prompt(question), prompts.answer(answer)
+            ids_rows.append(p + a)
+            targets.append((len(p), a))
+            pix.append(pixel_rows(img))
+        length = max(len(r) for r in ids_rows)
+        input_ids = torch.full((len(ids_rows), length), tiny_configs.PAD_TOKEN_ID, dtype=torch.long)
+        mask = torch.zeros((len(ids_rows), length), dtype=torch.long)
+        rows, cols, want = [], [], []
+        for b, (r, (start, a)) in enumerate(zip(ids_rows, targets)):
+            input_ids[b, :len(r)] = torch.tensor(r)
+            mask[b, :len(r)] = 1
+            for k, t in enumerate(a):  # position start+k-1 predicts answer token k
+                rows.append(b)
+                cols.append(start + k - 1)
+                want.append(t)
+        pixel_values = torch.from_numpy(np.concatenate(pix))
+        grid_thw = torch.tensor([[1, grid, grid]] * len(ids_rows))
+        seen.clear()
+        hidden = model.model(input_ids=input_ids, attention_mask=mask, pixel_values=pixel_values,
+                             image_grid_thw=grid_thw).last_hidden_state
+        aux = probe.loss(seen[0], cell_targets(scenes))
+        h = hidden[torch.tensor(rows), torch.tensor(cols)]                     # [M, H]
+        negatives = torch.randint(0, vocab, (recipe["negatives"],), generator=gen)
+        cand = torch.unique(torch.cat([task_vocab, negatives, torch.tensor(want)]))  # sorted
+        logits = h @ emb[cand].T                                               # [M, |cand|]
+        answer_loss = torch.nn.functional.cross_entropy(logits, torch.searchsorted(cand, torch.tensor(want)))
+        loss = answer_loss + recipe["aux_weight"] * aux
+        opt.zero_grad(set_to_none=True)
+        emb.grad = None
+        loss.backward()
+        touched = torch.unique(torch.cat([cand, input_ids.flatten()]))
+        # the clip's norm over every gradient, the embedding's read on the rows it has
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        norms = torch.stack([p.grad.norm() for p in params] + [emb.grad[touched].norm()])
+        scale = min(1.0, recipe["grad_clip"] / (float(norms.norm()) + 1e-6))
+        if scale < 1.0:
+            for p in params:
+                p.grad.mul_(scale)
+            emb.grad[touched] *= scale
+        emb_opt.step(touched, schedule(step))
+        opt.step()
+        sched.step()
+        losses.append(float(answer_loss.detach()))
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    bar.close()
+    train_s = time.perf_counter() - t0
+
+    model = model.to(torch.bfloat16)  # the real checkpoint's dtype
+    model.config.text_config.dtype = "bfloat16"
+    model.save_pretrained(str(stage), safe_serialization=True)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    summary = {
+        "hash": recipe_hash(tok_dir, recipe), "recipe": recipe, "train_seconds": round(train_s, 1),
+        "peak_rss_mb": round(peak_mb), "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
+        "threads": torch.get_num_threads(), "image_size": IMAGE_SIZE,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    write_json(stage / STAMP_FILE, summary)
+    replace_dir(stage, out)
+    log(f"toy: trained {steps} steps in {train_s:.0f} s (peak RSS {peak_mb:.0f} MB, final loss "
+        f"{summary['final_loss']}) -> {out}")
+    return summary
+
+
+def ensure_toy_checkpoint(out: Path | None = None, force: bool = False, recipe: dict[str, Any] | None = None,
+                          log=print) -> Path:
+    """The trained checkpoint's folder, trained now unless a matching one is cached."""
+    out = out or default_out()
+    recipe = recipe or RECIPE
+    stamp = read_stamp(out)
+    if not force and stamp is not None and stamp.get("hash") == recipe_hash(tokenizer_dir(), recipe) \
+            and (out / "model.safetensors").is_file():
+        return out
+    train(out, recipe, log)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="checkpoint folder (default $QHX_CACHE/toy/checkpoint)")
+    ap.add_argument("--steps", type=int, default=None, help=f"training steps (default {RECIPE['steps']})")
+    ap.add_argument("--force", action="store_true", help="train even if a matching checkpoint is cached")
+    a = ap.parse_args(argv)
+    recipe = dict(RECIPE)
+    if a.steps is not None:
+        if a.steps < 1:
+            ap.error("--steps must be positive")
+        recipe["steps"] = a.steps
+    out = ensure_toy_checkpoint(a.out, a.force, recipe)
+    print(json.dumps({k: v for k, v in read_stamp(out).items() if k != "hash"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
