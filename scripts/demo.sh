@@ -15,8 +15,15 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$QHX_ROOT"
-bash scripts/setup.sh >/dev/null
-bash scripts/build.sh build >/dev/null
+t_start=$SECONDS
+bash scripts/setup.sh --demo >/dev/null
+# The two tools the demo runs: from the test build when there is one, else from a lean build
+# without the tests and benchmarks.
+bin=build-demo
+[ -f build/CMakeCache.txt ] && bin=build
+[ -f "$bin/CMakeCache.txt" ] || cmake -S . -B "$bin" -G Ninja -DQHX_TESTS=OFF -DQHX_BENCH=OFF -DQHX_SERVE=OFF >/dev/null
+cmake --build "$bin" -j"$(nproc)" --target qhx_export qhx_generate >/dev/null
+echo "== set-up and build: $((SECONDS - t_start)) s"
 
 model="${1:-${QHX_MODEL:-}}"
 if [ -n "$model" ] && [ ! -d "$model" ]; then
@@ -28,11 +35,13 @@ if [ -z "$model" ]; then
   echo "   (shapes, colours and numbered signs; scripts/toy_task.py). It knows nothing else."
   echo "   For the real model: bash scripts/demo.sh /path/to/Qwen3-VL-2B-Instruct"
   echo "== train the toy model (or reuse the cached one): $QHX_CACHE/toy/checkpoint"
+  t_train=$SECONDS
   HF_HUB_OFFLINE=1 "$QHX_PY" scripts/toy_train.py >/dev/null
+  echo "   ($((SECONDS - t_train)) s)"
   model="$QHX_CACHE/toy/checkpoint"
   bundle="$QHX_CACHE/bundles/toy-w8"
   echo "== export $model -> $bundle (w8, 96x96 images), with the export gate"
-  build/bin/qhx_export --hf "$model" --out "$bundle" --weights w8 --image-size 96 --verify --quiet
+  "$bin/bin/qhx_export" --hf "$model" --out "$bundle" --weights w8 --image-size 96 --verify --quiet
   images="$(mktemp -d)"
   trap 'rm -rf "$images"' EXIT
   seed=$(( $(date +%s) % 100000 + 1000 ))  # fresh scenes each run; training never uses these seeds
@@ -44,17 +53,18 @@ if [ -z "$model" ]; then
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["image"] == sys.argv[2] and r["kind"] == "caption": print(r["answer"])' "$images/tasks.jsonl" "000$i.png")"
-    ours="$(build/bin/qhx_generate "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$img" 2>/dev/null)"
+    ours="$("$bin/bin/qhx_generate" "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$img" 2>/dev/null)"
     echo "   image $i   true caption: $truth"
     echo "             QHexRT:       $ours"
   done
   echo "== the same, with its timings (image 0)"
-  build/bin/qhx_generate "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$images/0000.png"
+  "$bin/bin/qhx_generate" "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$images/0000.png"
+  echo "== demo done in $((SECONDS - t_start)) s"
   exit 0
 fi
 
 bundle="$QHX_CACHE/bundles/$(basename "$model")-w8"
 echo "== export $model -> $bundle (w8), with the export gate"
-build/bin/qhx_export --hf "$model" --out "$bundle" --weights w8 --verify --quiet
+"$bin/bin/qhx_export" --hf "$model" --out "$bundle" --weights w8 --verify --quiet
 echo "== caption assets/sample.png (the seed's command line, CPU backend)"
-build/bin/qhx_generate "$bundle/qwen3vl-2b-vlm-512.json" cpu - "$bundle" 32 'Describe this image.' assets/sample.png
+"$bin/bin/qhx_generate" "$bundle/qwen3vl-2b-vlm-512.json" cpu - "$bundle" 32 'Describe this image.' assets/sample.png

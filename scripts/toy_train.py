@@ -55,7 +55,7 @@ IMAGE_PAD = "<|image_pad|>"
 
 # The recipe (the stamp hashes it; change a value and the checkpoint is rebuilt).
 RECIPE: dict[str, Any] = {
-    "vision_steps": 300, "steps": 650, "batch": 32, "lr": 2e-3, "warmup": 60, "weight_decay": 0.01,
+    "vision_steps": 800, "steps": 900, "batch": 32, "lr": 3e-3, "freeze_vision": True, "caption_share": 0.3, "warmup": 60, "weight_decay": 0.01,
     "betas": [0.9, 0.98], "grad_clip": 1.0, "negatives": 4096, "aux_weight": 0.5, "seed": SEED,
 }
 
@@ -63,9 +63,9 @@ RECIPE: dict[str, Any] = {
 def toy_config() -> dict[str, Any]:
     """The toy's Qwen3-VL config: tiny widths, the real vocabulary, ids and preprocessing constants."""
     cfg = tiny_configs._top(
-        tiny_configs._text(hidden=128, inter=384, layers=4, heads=4, kv_heads=2, head_dim=32,
-                           mrope_section=[6, 5, 5]),
-        tiny_configs._vision(depth=3, hidden=128, heads=2, inter=256, out_hidden=128, deepstack=[1, 2]),
+        tiny_configs._text(hidden=256, inter=768, layers=4, heads=4, kv_heads=2, head_dim=64,
+                           mrope_section=[12, 10, 10]),
+        tiny_configs._vision(depth=3, hidden=128, heads=2, inter=256, out_hidden=256, deepstack=[1, 2]),
     )
     return cfg
 
@@ -113,6 +113,21 @@ class Prompts:
             rendered = rendered.replace(IMAGE_PAD, IMAGE_PAD * self.n_pads)
             self._cache[text] = self.bare.encode(rendered, add_special_tokens=False).ids
         return self._cache[text]
+
+    def positions(self, model, text: str, length: int, grid: int):
+        """[3, length] M-RoPE positions of the prompt of `text` followed by length - len(prompt)
+        answer tokens: transformers' get_rope_index on the prompt (cached), then the text
+        positions that follow it (all three rows advance together after the image)."""
+        import torch
+        key = ("pos", text)
+        if key not in self._cache:
+            ids = torch.tensor([self.prompt(text)])
+            pos, _ = model.model.get_rope_index(ids, torch.tensor([[1, grid, grid]]), None, torch.ones_like(ids))
+            self._cache[key] = pos[:, 0]
+        pos = self._cache[key]
+        extra = length - pos.shape[1]
+        tail = pos[:, -1:].amax() + 1 + torch.arange(extra)
+        return torch.cat([pos, tail.expand(3, extra)], dim=1)
 
     def answer(self, text: str) -> list[int]:
         return self.bare.encode(text, add_special_tokens=False).ids + [IM_END]
@@ -168,7 +183,19 @@ def speed_up_for_training(model) -> None:
         w = self.proj.weight
         return F.linear(hidden_states.view(-1, w[0].numel()).to(w.dtype), w.view(w.shape[0], -1), self.proj.bias)
 
-    for blk in model.model.visual.blocks:
+    # The position tables depend on the grid alone, and every image of a batch has one grid: one
+    # image's table, repeated (the learned pos_embed keeps its gradient through the repeat).
+    visual = model.model.visual
+
+    def once_per_grid(fn):
+        def wrapped(grid_thw):
+            assert bool((grid_thw == grid_thw[:1]).all()), grid_thw
+            return fn(grid_thw[:1]).repeat(len(grid_thw), 1)
+        return wrapped
+
+    visual.fast_pos_embed_interpolate = once_per_grid(visual.fast_pos_embed_interpolate)
+    visual.rot_pos_emb = once_per_grid(visual.rot_pos_emb)
+    for blk in visual.blocks:
         blk.attn.forward = types.MethodType(attention, blk.attn)
     pe = model.model.visual.patch_embed
     pe.forward = types.MethodType(patch_embed, pe)
@@ -184,15 +211,20 @@ class CellProbe:
     SIZES = (len(toy_task.CELL_KINDS), len(toy_task.CELL_COLOURS), len(toy_task.CELL_DIGITS),
              len(toy_task.CELL_DIGITS), len(toy_task.CELL_BACKGROUNDS), toy_task.GRID ** 2)
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, n_outputs: int):
         import torch
-        self.linear = torch.nn.Linear(dim, sum(self.SIZES))
+        # one read-out per feature the language model receives: the merger's and each DeepStack tap's
+        self.linear = torch.nn.ModuleList(torch.nn.Linear(dim, sum(self.SIZES)) for _ in range(n_outputs))
 
-    def loss(self, tokens, labels):
-        """tokens [B*9, dim]; labels [B*9, 6] (the five cell labels and the cell index)."""
+    def loss(self, outputs, labels):
+        """outputs: the vision tower's (tokens [B*9, dim], [DeepStack tokens [B*9, dim], ...]);
+        labels [B*9, 6] (the five cell labels and the cell index)."""
         import torch
-        logits = self.linear(tokens).split(self.SIZES, dim=1)
-        return sum(torch.nn.functional.cross_entropy(lg, labels[:, k]) for k, lg in enumerate(logits))
+        total = 0.0
+        for head, tokens in zip(self.linear, [outputs[0], *outputs[1]]):
+            logits = head(tokens).split(self.SIZES, dim=1)
+            total = total + sum(torch.nn.functional.cross_entropy(lg, labels[:, k]) for k, lg in enumerate(logits))
+        return total
 
 
 def cell_targets(scenes) -> "Any":
@@ -234,7 +266,8 @@ def vision_stage(model, probe: CellProbe, recipe: dict[str, Any], grid: int, see
     params = list(model.model.visual.parameters()) + list(probe.linear.parameters())
     opt = torch.optim.AdamW(params, lr=recipe["lr"], betas=tuple(recipe["betas"]), weight_decay=0.0)
     steps, warm = recipe["vision_steps"], recipe["warmup"]
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     bar = tqdm(range(steps), desc="toy training, stage 1 (vision)", unit="step", mininterval=2.0, file=sys.stderr)
     recent: list[float] = []
     for step in bar:
@@ -287,14 +320,16 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
     vocab = emb.shape[0]
 
     speed_up_for_training(model)
-    probe = CellProbe(config.vision_config.out_hidden_size)
-    seen: list[Any] = []  # the vision tower's merged tokens of the current step
-    model.model.visual.register_forward_hook(lambda _m, _a, out: seen.append(out[0]))
+    probe = CellProbe(config.vision_config.out_hidden_size, 1 + len(config.vision_config.deepstack_visual_indexes))
+    seen: list[Any] = []  # the vision tower's output (merged tokens, DeepStack tokens) of the current step
+    model.model.visual.register_forward_hook(lambda _m, _a, out: seen.append(out))
     vision_stage(model, probe, recipe, grid, seen)
 
+    if recipe["freeze_vision"]:  # stage 2 trains the language model on the stage-1 features
+        model.model.visual.requires_grad_(False)
     decay, no_decay = [], []
     for name, p in model.named_parameters():  # the tied embedding is visited once, and left to LazyAdam
-        if p is emb:
+        if p is emb or not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe["weight_decay"]},
@@ -309,15 +344,18 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
     losses: list[float] = []
     bar = tqdm(range(steps), desc="toy training", unit="step", mininterval=2.0, file=sys.stderr)
     for step in bar:
-        ids_rows, pix, targets, scenes = [], [], [], []
+        ids_rows, pix, targets, scenes, questions = [], [], [], [], []
         for j in range(recipe["batch"]):
             rng = random.Random(f"toy-train:{recipe['seed']}:{step}:{j}")
             scene, img = toy_task.scene_and_image(f"toy-train-scene:{recipe['seed']}:{step}:{j}")
             qs = toy_task.questions(scene)
             scenes.append(scene)
-            kind = rng.choice([k for k in toy_task.KINDS if qs[k]])
+            # captions, the longest answers, take a fixed share; the other kinds share the rest
+            kind = "caption" if rng.random() < recipe["caption_share"] else \
+                rng.choice([k for k in toy_task.KINDS if qs[k] and k != "caption"])
             question, answer = rng.choice(qs[kind])
             p, a = prompts.prompt(question), prompts.answer(answer)
+            questions.append(question)
             ids_rows.append(p + a)
             targets.append((len(p), a))
             pix.append(pixel_rows(img))
@@ -335,9 +373,10 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
         pixel_values = torch.from_numpy(np.concatenate(pix))
         grid_thw = torch.tensor([[1, grid, grid]] * len(ids_rows))
         seen.clear()
+        position_ids = torch.stack([prompts.positions(model, q, length, grid) for q in questions], dim=1)
         hidden = model.model(input_ids=input_ids, attention_mask=mask, pixel_values=pixel_values,
-                             image_grid_thw=grid_thw).last_hidden_state
-        aux = probe.loss(seen[0], cell_targets(scenes))
+                             image_grid_thw=grid_thw, position_ids=position_ids).last_hidden_state
+        aux = 0.0 if recipe["freeze_vision"] else probe.loss(seen[0], cell_targets(scenes))
         h = hidden[torch.tensor(rows), torch.tensor(cols)]                     # [M, H]
         negatives = torch.randint(0, vocab, (recipe["negatives"],), generator=gen)
         cand = torch.unique(torch.cat([task_vocab, negatives, torch.tensor(want)]))  # sorted
