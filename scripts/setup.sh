@@ -63,10 +63,13 @@ if [ "$demo" = 0 ]; then  # the test side only; scripts/demo.sh goes without
 # --- the sanitizer build and its fuzz targets (build-asan, tests/fuzz) -----------
 # clang 14 builds build-asan with ASan + UBSan and libFuzzer's coverage, so one
 # instrumented build runs the tests and the fuzz targets (QHX_FUZZ=ON); libfuzzer-14-dev
-# is libFuzzer's runtime. Debian 12 ships one version of both for the release's life.
+# is libFuzzer's runtime; libclang-rt-14-dev holds the sanitizers' runtimes (libclang_rt.asan*),
+# which clang-14 only recommends (--no-install-recommends leaves them out on a fresh machine).
+# Debian 12 ships one version of each for the release's life.
 APT_PACKAGES+=(
   clang-14=1:14.0.6-12
   libfuzzer-14-dev=1:14.0.6-12
+  libclang-rt-14-dev=1:14.0.6-12
 )
 # --- end of the sanitizer build -------------------------------------------------
 # --- the compiler cache of scripts/test.sh ----------------------------------------
