@@ -82,3 +82,14 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.kill()  # SIGKILL: no handler, no cleanup
     proc.wait(timeout=60)
     proc.stderr.close()
+
+
+def with_activations(manifest: Path, activations: str, out: Path) -> Path:
+    """A copy of `manifest` at `out` with every graph's "activations" set (e.g. "f32")."""
+    import json
+    m = json.loads(manifest.read_text())
+    for g in m["graphs"].values():
+        if "activations" in g:
+            g["activations"] = activations
+    out.write_text(json.dumps(m))
+    return out

@@ -27,6 +27,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from conftest import REPO_ROOT, rowwise_cosine, tool_path
+import export_util  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -49,13 +50,8 @@ def export(ckpt: Path, out: Path, weights: str, smoothing: str, verify: bool = F
 
 def with_activations(bundle: Path, activations: str) -> Path:
     """The bundle's text manifest with every graph's "activations" set (a copy beside it)."""
-    m = json.loads((bundle / "qwen3vl-2b-text-512.json").read_text())
-    for g in m["graphs"].values():
-        if "activations" in g:
-            g["activations"] = activations
-    path = bundle / f"text-{activations}.json"
-    path.write_text(json.dumps(m))
-    return path
+    return export_util.with_activations(bundle / "qwen3vl-2b-text-512.json", activations,
+                                        bundle / f"text-{activations}.json")
 
 
 def prompt_logits(manifest: Path, ref_dir: Path, case: str, tmp: Path) -> np.ndarray:

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, cache_dir, tool_path
+import export_util  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import toy_task  # noqa: E402
@@ -96,13 +97,7 @@ def manifest(bundle: Path, activations: str | None = None) -> Path:
     path = bundle / f"qwen3vl-2b-vlm-{toy_task.SIZE}.json"
     if activations is None:
         return path
-    m = json.loads(path.read_text())
-    for g in m["graphs"].values():
-        if "activations" in g:
-            g["activations"] = activations
-    out = bundle / f"vlm-{activations}.json"
-    out.write_text(json.dumps(m))
-    return out
+    return export_util.with_activations(path, activations, bundle / f"vlm-{activations}.json")
 
 
 def qnn_subset(rows: list[dict[str, str]]) -> list[int]:
