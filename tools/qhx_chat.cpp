@@ -91,7 +91,7 @@ class LineReader {
 };
 
 struct Args {
-  std::string model, system;
+  std::string model, system, speculate;
   std::int64_t max_new = 0;
   std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
   std::optional<std::int32_t> top_k;
@@ -119,11 +119,12 @@ void print_stats(const qhx::Pipeline& pipe, const qhx::Session& session,
                 static_cast<long long>(static_cast<std::int64_t>(last->prompt_tokens.size()) - last->cached_tokens),
                 last->tokens.size(), last->stop_reason.c_str());
     std::printf("timings: vision %.1f ms (%lld image tokens, %lld images encoded, %lld from the cache) | prefill %.1f ms | "
-                "ttft %.1f ms | decode %.2f ms/token (%.1f tok/s) over %lld steps\n",
+                "ttft %.1f ms | decode %.2f ms/token (%.1f tok/s) over %lld steps | %lld drafted, %lld accepted\n",
                 t.vision_ms, static_cast<long long>(t.image_tokens), static_cast<long long>(t.images_encoded),
                 static_cast<long long>(t.image_cache_hits), t.prefill_ms, t.ttft_ms, t.decode_ms_per_token,
                 t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
-                static_cast<long long>(t.decode_steps));
+                static_cast<long long>(t.decode_steps), static_cast<long long>(last->draft_tokens),
+                static_cast<long long>(last->accepted_tokens));
   } else {
     std::printf("last answer: none yet\n");
   }
@@ -177,6 +178,7 @@ int run(const Args& a) {
   if (a.seed) s.seed = *a.seed;
   s.validate();
   opts.sampling = s;
+  if (!a.speculate.empty()) opts.speculate = qhx::parse_speculate(a.speculate);
   opts.on_text = [](std::string_view text) {
     if (g_interrupts.load(std::memory_order_relaxed) > 0) return false;  // Ctrl-C: cancel the answer
     out(text);
@@ -294,6 +296,16 @@ int main(int argc, char** argv) {
   app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty, times each token's count (0 = off)");
   app.add_option("--seed", a.seed, "random seed for sampling");
   app.add_option("--system", a.system, "a system message before the conversation");
+  app.add_option("--speculate", a.speculate,
+                 "exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K (K in 1..16) or off")
+      ->check([](const std::string& v) {  // refused before the model loads
+        try {
+          qhx::parse_speculate(v);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      });
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (0: off)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);

@@ -43,10 +43,10 @@ extern "C" {
 
 /* The version of this C API. 1: tokenizer and one-shot generation;
  * 2: versioned option structs, pipelines with options, sessions, messages,
- * results, timings, image-cache statistics; 3: qhx_pipeline_default_sampling.
- * Within one SONAME the number only grows, and every function of a lower
+ * results, timings, image-cache statistics; 3: qhx_pipeline_default_sampling,
+ * frequency_penalty; 4: qhx_generation_options.speculate. Within one SONAME the number only grows, and every function of a lower
  * version keeps working. */
-#define QHX_API_VERSION 3
+#define QHX_API_VERSION 4
 
 enum {
   QHX_OK = 0,
@@ -221,7 +221,7 @@ typedef int (*qhx_stream_callback)(const char* text, size_t len, void* user);
  * max_new_tokens 0, use_manifest_sampling 1, the sampling fields as Hugging Face's
  * neutral values (greedy 0, temperature 1, top_k 0, top_p 1, min_p 0,
  * repetition_penalty 1, presence_penalty 0, seed 0, frequency_penalty 0), no stop
- * strings, resize NULL, no callback, keep_step_logits 0. */
+ * strings, resize NULL, no callback, keep_step_logits 0, speculate 0. */
 typedef struct qhx_generation_options {
   size_t struct_size;           /* sizeof(qhx_generation_options) */
   int64_t max_new_tokens;       /* <= 0: the manifest's default */
@@ -247,6 +247,14 @@ typedef struct qhx_generation_options {
    * version 2 program may not have zeroed, so no field is put in it. Ignored. */
   int32_t reserved_v3;
   float frequency_penalty;      /* (3) 0 = off; subtracts this times the token's count so far */
+  /* API version 4. Again a filler first: version 3's struct ends in 4 bytes of padding. Ignored. */
+  int32_t reserved_v4;
+  /* (4) Exact speculative decoding: up to this many draft tokens, taken from n-grams of the
+   * conversation, are checked in one pass of the model; 0 = off, at most 16. Greedy answers
+   * are the same token for token; sampled answers keep the model's distribution (each draft
+   * is accepted with the standard rule), though not the same draws as without it. The
+   * timings' decode_ms_per_token is then per graph run (docs/api.md). */
+  int32_t speculate;
 } qhx_generation_options;
 
 /* Fills *options with the defaults above and struct_size = sizeof(qhx_generation_options). */

@@ -441,10 +441,13 @@ class Session:
         return out
 
     def _options(self, max_tokens: Optional[int], stop: Sequence[str], resize: Optional[str],
-                 sampling: dict) -> tuple:
+                 sampling: dict, speculate: int = 0) -> tuple:
         o = _capi.GenerationOptions()
         _check(lib.qhx_generation_options_init(ctypes.byref(o)))
         o.struct_size = ctypes.sizeof(o)
+        if isinstance(speculate, bool) or not isinstance(speculate, int):
+            raise TypeError(f"qhexrt: speculate must be an int (a draft length), got {type(speculate).__name__}")
+        o.speculate = speculate  # the runtime checks the range
         if max_tokens is not None:
             if max_tokens <= 0:
                 raise ValueError("qhexrt: max_tokens must be > 0 (or None for the manifest's)")
@@ -481,7 +484,7 @@ class Session:
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
              frequency_penalty: Optional[float] = None, seed: Optional[int] = None,
-             stop: Sequence[str] = (), resize: Optional[str] = None) -> Result: ...
+             stop: Sequence[str] = (), resize: Optional[str] = None, speculate: int = 0) -> Result: ...
 
     @overload
     def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *,
@@ -489,19 +492,20 @@ class Session:
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
              frequency_penalty: Optional[float] = None, seed: Optional[int] = None,
-             stop: Sequence[str] = (), resize: Optional[str] = None) -> Stream: ...
+             stop: Sequence[str] = (), resize: Optional[str] = None, speculate: int = 0) -> Stream: ...
 
     def send(self, text: str = "", images: Union[ImageInput, Sequence[ImageInput]] = (), *, stream: bool = False,
              max_tokens: Optional[int] = None, temperature: Optional[float] = None,
              top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
              repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
              frequency_penalty: Optional[float] = None, seed: Optional[int] = None,
-             stop: Sequence[str] = (), resize: Optional[str] = None
+             stop: Sequence[str] = (), resize: Optional[str] = None, speculate: int = 0
              ) -> Union[Result, Stream]:
         """Appends a user turn (the images, then `text`) and answers it; the answer joins the
         conversation. Sampling parameters left as None are the plan's (temperature=0 is greedy
         decoding); max_tokens None is the manifest's. stop: strings the answer ends before.
-        resize: "fixed" or "native" (None: the manifest's).
+        resize: "fixed" or "native" (None: the manifest's). speculate: up to this many n-gram
+        draft tokens checked per pass (0 off, at most 16; greedy answers are unchanged by it).
 
         Returns a Result, or with stream=True a Stream of text pieces (its `result` after).
         Raises Error (nothing is appended to the conversation) when the runtime refuses."""
@@ -512,7 +516,7 @@ class Session:
         sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                         repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                         frequency_penalty=frequency_penalty, seed=seed)
-        opts, keep = self._options(max_tokens, stop, resize, sampling)
+        opts, keep = self._options(max_tokens, stop, resize, sampling, speculate)
         first = self.system is not None and not self._message_count()
         system = _CMessage("system", self.system) if first else None
 

@@ -12,8 +12,9 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c
 from pathlib import Path
 
 # The C API version this module is written against (QHX_API_VERSION): 3 adds
-# qhx_pipeline_default_sampling, which per-parameter sampling overrides need.
-API_VERSION = 3
+# qhx_pipeline_default_sampling, which per-parameter sampling overrides need; 4 the
+# speculate field (an older library would ignore it, so it is required).
+API_VERSION = 4
 
 QHX_OK = 0
 QHX_ERR = -1
@@ -39,7 +40,8 @@ class GenerationOptions(Structure):
                 ("min_p", c_float), ("repetition_penalty", c_float), ("presence_penalty", c_float),
                 ("seed", c_uint64), ("stop", POINTER(c_char_p)), ("n_stop", c_size_t), ("resize", c_char_p),
                 ("on_text", StreamCallback), ("user", c_void_p), ("keep_step_logits", c_int),
-                ("reserved_v3", c_int32), ("frequency_penalty", c_float)]   # API version 3
+                ("reserved_v3", c_int32), ("frequency_penalty", c_float),   # API version 3
+                ("reserved_v4", c_int32), ("speculate", c_int32)]           # API version 4
 
 
 class Timings(Structure):

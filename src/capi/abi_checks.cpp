@@ -51,7 +51,9 @@ static_assert(offsetof(qhx_generation_options, user) == 88);
 static_assert(offsetof(qhx_generation_options, keep_step_logits) == 96);
 static_assert(offsetof(qhx_generation_options, reserved_v3) == 100);
 static_assert(offsetof(qhx_generation_options, frequency_penalty) == 104);
-static_assert(sizeof(qhx_generation_options) == 112);
+static_assert(offsetof(qhx_generation_options, reserved_v4) == 108);
+static_assert(offsetof(qhx_generation_options, speculate) == 112);
+static_assert(sizeof(qhx_generation_options) == 120);
 
 static_assert(offsetof(qhx_timings, struct_size) == 0);
 static_assert(offsetof(qhx_timings, load_ms) == 8);

@@ -74,6 +74,7 @@ constexpr std::size_t kTimingsV2 = offsetof(qhx_timings, decode_steps) + sizeof(
 constexpr std::size_t kImageCacheStatsV2 = offsetof(qhx_image_cache_stats, capacity_bytes) + sizeof(int64_t);
 // A version 3 field is honoured only if the caller's struct_size reaches its end.
 constexpr std::size_t kGenerationOptionsV3 = offsetof(qhx_generation_options, frequency_penalty) + sizeof(float);
+constexpr std::size_t kGenerationOptionsV4 = offsetof(qhx_generation_options, speculate) + sizeof(int32_t);
 
 // Checks a caller's struct_size against the v2 minimum.
 template <typename T>
@@ -158,6 +159,7 @@ qhx::GenerationOptions to_cpp(const qhx_generation_options& o) {
     g.on_text = [cb, user](std::string_view text) { return cb(text.data(), text.size(), user) == 0; };
   }
   g.keep_step_logits = o.keep_step_logits != 0;
+  g.speculate = o.speculate;  // the default 0 from an older caller's struct; checked by the pipeline
   return g;
 }
 
@@ -169,6 +171,8 @@ int read_generation_options(const qhx_generation_options* in, qhx_generation_opt
       st != QHX_OK)
     return st;
   read_versioned(in, out);
+  // A version 3 struct ends inside version 4's filler, or a stray size inside its field: not the caller's.
+  if (in->struct_size < kGenerationOptionsV4) out.speculate = 0;
   return QHX_OK;
 }
 

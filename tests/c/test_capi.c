@@ -257,7 +257,7 @@ static void test_versions_and_structs(void) {
   qhx_image_cache_stats cs;
   CHECK(strlen(qhx_version()) > 0);
   CHECK(qhx_api_version() == QHX_API_VERSION);
-  CHECK(QHX_API_VERSION == 3);
+  CHECK(QHX_API_VERSION == 4);
 
   memset(&po, 0x5a, sizeof po);
   CHECK(qhx_pipeline_options_init(&po) == QHX_OK);
@@ -268,7 +268,7 @@ static void test_versions_and_structs(void) {
   CHECK(go.greedy == 0 && go.temperature == 1.0f && go.top_k == 0 && go.top_p == 1.0f && go.min_p == 0.0f);
   CHECK(go.repetition_penalty == 1.0f && go.presence_penalty == 0.0f && go.seed == 0);
   CHECK(go.stop == NULL && go.n_stop == 0 && go.resize == NULL && go.on_text == NULL && go.user == NULL);
-  CHECK(go.keep_step_logits == 0 && go.frequency_penalty == 0.0f);
+  CHECK(go.keep_step_logits == 0 && go.frequency_penalty == 0.0f && go.speculate == 0);
   memset(&t, 0x5a, sizeof t);
   CHECK(qhx_timings_init(&t) == QHX_OK && t.struct_size == sizeof t && t.load_ms == 0 && t.decode_steps == 0);
   memset(&cs, 0x5a, sizeof cs);
@@ -607,7 +607,7 @@ static void test_sessions(const char* checkpoint, const char* image_path, const 
   /* Options: bad struct_size, bad sampling values, NULL stop strings, bad resize. */
   {
     qhx_generation_options bad = greedy(4);
-    bad.struct_size = sizeof bad - 16;
+    bad.struct_size = offsetof(qhx_generation_options, keep_step_logits); /* ends before a version 2 field */
     CHECK_ARG(qhx_session_send(a, turn2, &bad, &r), "qhx_session_send", "options->struct_size");
     CHECK(r == NULL && contains(qhx_last_error(), "qhx_generation_options"));
     bad = greedy(4);
@@ -686,6 +686,34 @@ static void test_sessions(const char* checkpoint, const char* image_path, const 
     CHECK(same_tokens(plain, old));
     qhx_result_free(plain);
     qhx_result_free(penalized);
+    qhx_result_free(old);
+    qhx_message_free(q);
+  }
+
+  /* API 4's speculation: greedy answers are the same with n-gram drafts checked in one pass. A
+   * version 3 struct (its struct_size ends before the field, whatever bytes follow) decodes as
+   * without it, and a draft length out of range is refused, naming the field. */
+  {
+    qhx_message* q = text_message("user", "Say the same word again and again.");
+    qhx_generation_options plain_o = greedy(12), spec = greedy(12), v3 = greedy(12);
+    qhx_result *plain, *drafted, *old, *bad = NULL;
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    plain = send(a, q, &plain_o);
+    spec.speculate = 4;
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    drafted = send(a, q, &spec);
+    CHECK(same_tokens(plain, drafted));
+    memset(&v3.reserved_v4, 0x5a, sizeof v3 - offsetof(qhx_generation_options, reserved_v4));
+    v3.struct_size = offsetof(qhx_generation_options, reserved_v4);
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    old = send(a, q, &v3);
+    CHECK(same_tokens(plain, old));
+    spec.speculate = 17;
+    CHECK(qhx_session_reset(a) == QHX_OK);
+    CHECK(qhx_session_send(a, q, &spec, &bad) == QHX_ERR && bad == NULL);
+    CHECK(contains(qhx_last_error(), "speculate"));
+    qhx_result_free(plain);
+    qhx_result_free(drafted);
     qhx_result_free(old);
     qhx_message_free(q);
   }

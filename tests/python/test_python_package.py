@@ -128,7 +128,7 @@ def test_package_is_installed_outside_the_tree(venv_python, tmp_path):
     """, tmp_path)
     assert "site-packages" in out["file"] and str(REPO_ROOT) not in out["file"], out
     assert out["typed"] and out["so"] == ["libqhexrt.so.0"], out
-    assert out["version"] == "0.1.0" and out["api"] >= 3, out
+    assert out["version"] == "0.1.0" and out["api"] >= 4, out
 
 
 def test_greedy_text_equals_qhx_generate(venv_python, tmp_path):
@@ -157,6 +157,30 @@ def test_penalties_reach_the_sampler_as_qhx_generate_passes_them(venv_python, tm
         print(json.dumps({{"tokens": r.tokens}}))
     """, tmp_path)
     assert out["tokens"] == ref["tokens"], (out, ref["tokens"])
+
+
+SPEC_PROMPT = "one two three four one two three four one two three four one two three four"
+
+
+def test_speculation_keeps_greedy_tokens_and_checks_its_range(venv_python, tmp_path):
+    ref = qhx_generate(["-p", SPEC_PROMPT])
+    out = run_py(venv_python, f"""
+        s = qhexrt.Pipeline({str(CHECKPOINT)!r}).session()
+        plain = s.send({SPEC_PROMPT!r}, max_tokens={MAX_NEW}, temperature=0)
+        s.reset()
+        r = s.send({SPEC_PROMPT!r}, max_tokens={MAX_NEW}, temperature=0, speculate=4)
+        s.reset()
+        try:
+            s.send("x", max_tokens=2, speculate=99)
+            bad = None
+        except qhexrt.Error as e:
+            bad = str(e)
+        print(json.dumps({{"tokens": r.tokens, "steps": r.timings.decode_steps,
+                          "plain_steps": plain.timings.decode_steps, "bad": bad}}))
+    """, tmp_path)
+    assert out["tokens"] == ref["tokens"], (out, ref["tokens"])
+    assert out["steps"] < out["plain_steps"], out  # drafts were accepted: speculation ran
+    assert out["bad"] is not None and "speculate" in out["bad"], out
 
 
 def test_image_in_every_form_gives_the_same_tokens(venv_python, tmp_path):

@@ -185,3 +185,24 @@ def test_end_of_input_exits(chat):
     t = chat("-n", "4")
     t.send(b"\x04")  # Ctrl-D on an empty line: end of input
     assert t.wait() == 0
+
+
+def test_speculation_answers_as_plain_decoding(chat):
+    prompt, n = "one two three four one two three four one two three four one two three four", 24
+    proc = subprocess.run([str(tool_path("qhx_generate")), "-m", str(CHECKPOINT), "--temp", "0", "-n", str(n),
+                           "-p", prompt, "--json"], capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
+    ref = json.loads(proc.stdout.strip().splitlines()[-1])
+    t = chat("-n", str(n), "--speculate", "ngram:4")
+    assert answer_of(t, prompt) == ref["text"].replace("\r\n", "\n")
+    t.send(b"/stats\n")
+    m = t.expect(r"over (\d+) steps \| (\d+) drafted, (\d+) accepted\n")
+    steps, accepted = int(m.group(1)), int(m.group(3))
+    assert accepted > 0 and steps < ref["timings"]["decode_steps"], m.group(0)
+    t.send(b"/quit\n")
+    assert t.wait() == 0
+
+
+def test_bad_speculate_value_is_refused_naming_it():
+    proc = subprocess.run([str(tool_path("qhx_chat")), "-m", str(CHECKPOINT), "--speculate", "ngram:99"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0 and "--speculate ngram:99" in proc.stderr, (proc.returncode, proc.stderr)

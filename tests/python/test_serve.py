@@ -493,3 +493,24 @@ def test_a_second_server_cannot_take_the_same_port(server, checkpoint):
     p = subprocess.run([str(serve_exe()), "-m", str(checkpoint), "--port", str(server.port)],
                        capture_output=True, timeout=TIMEOUT_S, check=False)
     assert p.returncode == 1 and b"cannot bind" in p.stderr, p.stderr
+
+
+def test_speculate_flag_keeps_greedy_answers(checkpoint, tmp_path):
+    """qhx_serve --speculate: every answer decoded with n-gram drafts, the same greedy text and
+    tokens as plain decoding, in fewer graph runs; a bad value is refused before loading."""
+    prompt = "one two three four one two three four one two three four one two three four"
+    messages = [{"role": "user", "content": prompt}]
+    want = qhx_generate(checkpoint, messages, tmp_path, max_new=24)
+    s = ServeProcess(serve_exe(), checkpoint, ["--speculate", "ngram:4"], tmp_path / "logs")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT_S)
+        r = client.chat.completions.create(model="m", messages=messages, max_tokens=24, temperature=0)
+        assert r.choices[0].message.content == want["text"]
+        assert r.usage.completion_tokens == len(want["tokens"])
+        t = r.usage.model_extra["timings"]
+        assert t["accepted_tokens"] > 0 and t["decode_steps"] < want["timings"]["decode_steps"], t
+    finally:
+        assert s.stop() == 0, s.log()
+    bad = subprocess.run([str(serve_exe()), "-m", str(checkpoint), "--speculate", "ngram:0"],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert bad.returncode != 0 and "--speculate ngram:0" in bad.stderr, (bad.returncode, bad.stderr)

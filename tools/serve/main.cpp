@@ -19,12 +19,13 @@
 
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
+#include "qhexrt/session.hpp"
 #include "serve/server.hpp"
 
 namespace {
 
 struct Args {
-  std::string model, host = "127.0.0.1", api_key, allow_file_dir, model_id;
+  std::string model, host = "127.0.0.1", api_key, allow_file_dir, model_id, speculate;
   int port = 8080, threads = 0, http_threads = 0, max_images = 8;
   int read_timeout = 30, write_timeout = 15, drain_seconds = 30, send_buffer_kb = 64;
   std::size_t max_queue = 16, max_body_mb = 32, sessions = 1;
@@ -69,6 +70,7 @@ int run(const Args& a) {
   cfg.max_queue = a.max_queue;
   cfg.max_body_mb = a.max_body_mb;
   cfg.sessions = a.sessions;
+  if (!a.speculate.empty()) cfg.speculate = qhx::parse_speculate(a.speculate);
   cfg.http_threads = static_cast<std::size_t>(a.http_threads);
   cfg.max_images = a.max_images;
   cfg.read_timeout_s = a.read_timeout;
@@ -123,6 +125,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-mb", a.max_body_mb, "largest request body in MB; beyond, 413 (default 32)")
       ->check(CLI::PositiveNumber);
   app.add_option("--allow-file-dir", a.allow_file_dir, "serve file:// image URLs from under this directory only");
+  app.add_option("--speculate", a.speculate,
+                 "every answer with exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K "
+                 "(K in 1..16) or off")
+      ->check([](const std::string& v) {  // refused before the model loads
+        try {
+          qhx::parse_speculate(v);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      });
   app.add_option("--sessions", a.sessions, "session slots (conversations whose KV cache is kept; default 1)")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", a.threads, "the CPU kernels' worker threads (default: physical cores)")

@@ -33,7 +33,10 @@ json usage_json(const GenerationResult& r, double queue_ms) {
             {"prompt_per_second", t.prefill_ms > 0 ? 1000.0 * static_cast<double>(prefilled) / t.prefill_ms : 0.0},
             {"ttft_ms", t.ttft_ms},
             {"decode_ms", decode_ms},
-            {"decode_per_second", t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0}}}};
+            {"decode_per_second", t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0},
+            {"decode_steps", t.decode_steps},  // graph runs: fewer than tokens when drafts are accepted
+            {"draft_tokens", r.draft_tokens},
+            {"accepted_tokens", r.accepted_tokens}}}};
 }
 
 json completion_json(const Completion& c, const GenerationResult& r, double queue_ms) {

@@ -202,6 +202,7 @@ void Server::send_error(httplib::Response& res, const ApiError& e) const {
 
 void Server::chat(const httplib::Request& req, httplib::Response& res) {
   ChatRequest request = parse_chat_request(req.body, pipeline_.default_sampling(), limits_);
+  request.options.speculate = config_.speculate;
   if (request.images > 0 && !pipeline_.takes_images())
     bad_request("this model's plan takes no images (a text-only manifest)", "messages", "images_not_supported");
   const std::int64_t ctx = pipeline_.context_length();

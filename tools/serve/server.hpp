@@ -36,6 +36,7 @@ struct ServerConfig {
   int read_timeout_s = 30, write_timeout_s = 15, keep_alive_timeout_s = 5;
   int retry_after_s = 2;
   int send_buffer_kb = 64;  // SO_SNDBUF of the connections (0: the kernel's autotuning)
+  std::int64_t speculate = 0;  // n-gram draft length of every answer (GenerationOptions::speculate)
 };
 
 class Server {
