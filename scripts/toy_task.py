@@ -78,7 +78,10 @@ class Scene:
         return next((i for i in self.items if i.kind == "sign"), None)
 
 
-def random_scene(rng: random.Random) -> Scene:
+SIGN_SHARE = 0.35  # scenes with a sign
+
+
+def random_scene(rng: random.Random, sign_share: float = SIGN_SHARE) -> Scene:
     bg_names = list(BACKGROUNDS)
     if rng.random() < 0.3:
         top, bottom = rng.sample(bg_names, 2)
@@ -92,7 +95,7 @@ def random_scene(rng: random.Random) -> Scene:
     scene = Scene(background)
     for kind, cell in zip(kinds, cells):
         scene.items.append(Item(kind, rng.choice(colours), cell))
-    if rng.random() < 0.35:
+    if rng.random() < sign_share:
         scene.items.append(Item("sign", "", cells[-1], rng.randint(1, 99)))
     scene.items.sort(key=lambda i: i.cell)  # reading order: what the caption lists
     return scene
@@ -155,7 +158,9 @@ def render(scene: Scene, rng: random.Random, size: int = SIZE):
 
 
 def _phrase(item: Item) -> str:
-    return f"a sign saying {item.number}" if item.kind == "sign" else f"a {item.colour} {item.kind}"
+    if item.kind == "sign":
+        return f"a sign saying {item.number}"
+    return f"{'an' if item.colour[0] in 'aeiou' else 'a'} {item.colour} {item.kind}"
 
 
 def caption(scene: Scene) -> str:
@@ -186,9 +191,9 @@ def example(seed: str, size: int = SIZE):
     return img, questions(scene)
 
 
-def scene_and_image(seed: str, size: int = SIZE):
+def scene_and_image(seed: str, size: int = SIZE, sign_share: float = SIGN_SHARE):
     rng = random.Random(seed)
-    scene = random_scene(rng)
+    scene = random_scene(rng, sign_share)
     return scene, render(scene, rng, size)
 
 

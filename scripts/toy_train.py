@@ -36,7 +36,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -55,8 +55,12 @@ IMAGE_PAD = "<|image_pad|>"
 
 # The recipe (the stamp hashes it; change a value and the checkpoint is rebuilt).
 RECIPE: dict[str, Any] = {
-    "vision_steps": 800, "steps": 900, "batch": 32, "lr": 3e-3, "freeze_vision": True, "caption_share": 0.3, "warmup": 60, "weight_decay": 0.01,
-    "betas": [0.9, 0.98], "grad_clip": 1.0, "negatives": 4096, "aux_weight": 0.5, "seed": SEED,
+    "vision_steps": 500, "steps": 1200, "batch": 32, "lr": 2e-3, "freeze_vision": True, "warmup": 60,
+    "weight_decay": 0.01, "betas": [0.9, 0.98], "grad_clip": 1.0, "negatives": 4096, "aux_weight": 0.5,
+    "seed": SEED, "lookup_weight": 1.0, "lookup_layer": 2, "autocast_bf16": False, "sign_share": 0.6,
+    "caption_share": 0.3,  # used when kind_weights is None
+    "kind_weights": {"caption": 0.3, "colour": 0.175, "where": 0.175, "count": 0.1, "sign": 0.1, "background": 0.15},
+    "split_captions": True,
 }
 
 
@@ -148,7 +152,7 @@ def answer_vocabulary(prompts: Prompts) -> list[int]:
         words |= {c, c.capitalize(), " " + c}
     words |= {" " + s for s in toy_task.SHAPES} | {p + "." for p in toy_task.PLACES.values()}
     words |= {w + "." for w in toy_task.NUMBER_WORDS.values()} | {f"{n}." for n in range(100)}
-    words |= {"A", " a", " and", " on", " background.", ",", " sign", " saying", "."}
+    words |= {"A", "An", " a", " an", " and", " on", " background.", ",", " sign", " saying", "."}
     ids = {IM_END}
     for w in words:
         ids.update(prompts.bare.encode(w, add_special_tokens=False).ids)
@@ -234,8 +238,8 @@ def cell_targets(scenes) -> "Any":
 
 class LazyAdam:
     """Adam for the tied embedding, updating only the rows a step touched (the prompt's tokens and
-    the sampled softmax's candidates): an update of all 151,936 rows would cost more than the
-    rest of the step, and the untouched rows' gradient is zero."""
+    the sampled softmax's candidates), from those rows' gradient: an update of all 151,936 rows
+    would cost more than the rest of the step, and the untouched rows' gradient is zero."""
 
     def __init__(self, weight, lr: float, betas: tuple[float, float], eps: float = 1e-8):
         import torch
@@ -244,10 +248,10 @@ class LazyAdam:
         self.v = torch.zeros_like(weight)
         self.t = torch.zeros(weight.shape[0])
 
-    def step(self, rows, lr_scale: float) -> None:
+    def step(self, rows, g, lr_scale: float) -> None:
+        """rows [U] sorted ids; g [U, H] their gradient."""
         import torch
         with torch.no_grad():
-            g = self.w.grad[rows]
             self.t[rows] += 1
             t = self.t[rows].unsqueeze(1)
             m = self.m[rows].mul_(self.b1).add_(g, alpha=1 - self.b1)
@@ -255,6 +259,126 @@ class LazyAdam:
             self.m[rows], self.v[rows] = m, v
             upd = (m / (1 - self.b1 ** t)) / ((v / (1 - self.b2 ** t)).sqrt() + self.eps)
             self.w[rows] -= self.lr * lr_scale * upd
+
+
+class Example(NamedTuple):
+    scene: Any
+    img: Any
+    kind: str
+    question: str
+    answer: str
+
+
+def draw_example(recipe: dict[str, Any], step: int, j: int, tag: str = "toy-train") -> Example:
+    """Training example j of a step: a fresh scene and one of its questions, the kind first (a
+    caption with probability caption_share, else uniform over the other kinds the scene has)."""
+    rng = random.Random(f"{tag}:{recipe['seed']}:{step}:{j}")
+    scene, img = toy_task.scene_and_image(f"{tag}-scene:{recipe['seed']}:{step}:{j}",
+                                          sign_share=recipe["sign_share"])
+    qs = toy_task.questions(scene)
+    if recipe.get("kind_weights"):  # weights of the kinds the scene has, renormalized
+        kinds = [k for k in toy_task.KINDS if qs[k]]
+        kind = rng.choices(kinds, weights=[recipe["kind_weights"][k] for k in kinds])[0]
+    else:
+        kind = "caption" if rng.random() < recipe["caption_share"] else \
+            rng.choice([k for k in toy_task.KINDS if qs[k] and k != "caption"])
+    question, answer = rng.choice(qs[kind])
+    return Example(scene, img, kind, question, answer)
+
+
+def lm_batch(prompts: Prompts, model, examples: list[Example], grid: int) -> dict[str, Any]:
+    """The language model's inputs for a batch (right-padded), and where its answer tokens are:
+    rows/cols index the positions that predict answer token `want` (teacher forcing)."""
+    import numpy as np
+    import torch
+
+    seqs = [(prompts.prompt(e.question), prompts.answer(e.answer)) for e in examples]
+    length = max(len(p) + len(a) for p, a in seqs)
+    input_ids = torch.full((len(seqs), length), tiny_configs.PAD_TOKEN_ID, dtype=torch.long)  # [B, T]
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)                                 # [B, T]
+    rows, cols, want = [], [], []
+    for b, (p, a) in enumerate(seqs):
+        input_ids[b, :len(p) + len(a)] = torch.tensor(p + a)
+        mask[b, :len(p) + len(a)] = 1
+        for k, t in enumerate(a):  # position len(p)+k-1 predicts answer token k
+            rows.append(b)
+            cols.append(len(p) + k - 1)
+            want.append(t)
+    return {
+        "input_ids": input_ids, "attention_mask": mask,
+        "pixel_values": torch.from_numpy(np.concatenate([pixel_rows(e.img) for e in examples])),  # [B*36, 1536]
+        "image_grid_thw": torch.tensor([[1, grid, grid]] * len(seqs)),
+        "position_ids": torch.stack([prompts.positions(model, e.question, length, grid) for e in examples], dim=1),  # [3, B, T]
+        "rows": rows, "cols": cols, "want": want,
+    }
+
+
+class LookupProbe:
+    """The auxiliary target of the look-ups ("What colour is the star?", "Where is the star?"): a
+    linear read-out of the hidden state at the question's shape word, a few layers in, predicting
+    that shape's colour and cell. The answer needs two hops (the word finds its shape's vision
+    token; the answer position reads the word), and without a signal for the first the model
+    answers with the colour of any shape present. Not part of the checkpoint."""
+
+    SIZES = (len(toy_task.SHAPE_COLOURS), toy_task.GRID ** 2)
+
+    def __init__(self, dim: int, prompts: Prompts):
+        import torch
+        self.linear = torch.nn.Linear(dim, sum(self.SIZES))
+        self.word_ids = {s: prompts.bare.encode(" " + s, add_special_tokens=False).ids for s in toy_task.SHAPES}
+        assert all(len(v) == 1 for v in self.word_ids.values()), self.word_ids
+
+    def loss(self, hidden, targets):
+        """hidden [B, T, H]; targets the (rows, cols, colour, cell) lists of lookup_targets."""
+        import torch
+        rows, cols, colour, cell = (torch.tensor(t) for t in targets)
+        logits = self.linear(hidden[rows, cols]).split(self.SIZES, dim=1)
+        return sum(torch.nn.functional.cross_entropy(lg, t) for lg, t in zip(logits, (colour, cell)))
+
+
+def lookup_targets(prompts: Prompts, probe: LookupProbe, examples: list[Example]):
+    rows, cols, colour, cell = [], [], [], []
+    colours = list(toy_task.SHAPE_COLOURS)
+    for b, e in enumerate(examples):
+        if e.kind not in ("colour", "where"):
+            continue
+        shape = next(s for s in e.scene.shapes() if f" {s.kind}?" in " " + e.question)
+        ids = prompts.prompt(e.question)
+        word = probe.word_ids[shape.kind][0]
+        rows.append(b)
+        cols.append(len(ids) - 1 - ids[::-1].index(word))
+        colour.append(colours.index(shape.colour))
+        cell.append(shape.cell[0] * toy_task.GRID + shape.cell[1])
+    return (rows, cols, colour, cell) if rows else None
+
+
+def validate(model, prompts: Prompts, grid: int, recipe: dict[str, Any], n_scenes: int = 64) -> dict[str, float]:
+    """Teacher-forced exact match per kind (every answer token the argmax over the whole
+    vocabulary) on scenes no step draws: a cheap view of greedy accuracy while training."""
+    import torch
+
+    examples = []
+    for i in range(n_scenes):
+        scene, img = toy_task.scene_and_image(f"toy-validate-scene:{recipe['seed']}:{i}")
+        for kind, question, answer in toy_task.held_out_tasks(-1, i, toy_task.questions(scene)):
+            examples.append(Example(scene, img, kind, question, answer))
+    right: dict[str, list[int]] = {}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for k in range(0, len(examples), 64):
+            chunk = examples[k:k + 64]
+            batch = lm_batch(prompts, model, chunk, grid)
+            rows, cols, want = batch.pop("rows"), batch.pop("cols"), batch.pop("want")
+            hidden = model.model(**batch).last_hidden_state
+            ok = (model.lm_head(hidden[torch.tensor(rows), torch.tensor(cols)]).argmax(-1) == torch.tensor(want)).tolist()
+            per_row: dict[int, bool] = {}
+            for r, good in zip(rows, ok):
+                per_row[r] = per_row.get(r, True) and bool(good)
+            for r, good in per_row.items():
+                right.setdefault(chunk[r].kind, []).append(int(good))
+    model.train(was_training)
+    return {kind: round(sum(v) / len(v), 3) for kind, v in right.items()}
 
 
 def vision_stage(model, probe: CellProbe, recipe: dict[str, Any], grid: int, seen: list[Any]) -> None:
@@ -311,7 +435,10 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
 
     config = Qwen3VLConfig(**toy_config())
     config._attn_implementation = "eager"  # CPU sdpa with a padding mask is 10x slower in backward
-    model = Qwen3VLForConditionalGeneration(config)
+    # The config says bfloat16 (the real checkpoint's dtype), and transformers builds the language
+    # model in it: Adam's small steps would round away in bf16 weights, so train in float32 (and,
+    # with autocast_bf16, run the products in bf16 on the float32 weights) and save as bf16.
+    model = Qwen3VLForConditionalGeneration(config).float()
     emb = model.model.language_model.embed_tokens.weight
     assert model.lm_head.weight is emb, "lm_head is not tied to embed_tokens"
     grid = IMAGE_SIZE // 16                       # patches per side
@@ -324,6 +451,7 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
     seen: list[Any] = []  # the vision tower's output (merged tokens, DeepStack tokens) of the current step
     model.model.visual.register_forward_hook(lambda _m, _a, out: seen.append(out))
     vision_stage(model, probe, recipe, grid, seen)
+    lookup_probe = LookupProbe(config.text_config.hidden_size, prompts)
 
     if recipe["freeze_vision"]:  # stage 2 trains the language model on the stage-1 features
         model.model.visual.requires_grad_(False)
@@ -333,7 +461,8 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
             continue
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe["weight_decay"]},
-                             {"params": no_decay + list(probe.linear.parameters()), "weight_decay": 0.0}],
+                             {"params": no_decay + list(probe.linear.parameters()) + list(lookup_probe.linear.parameters()),
+                              "weight_decay": 0.0}],
                             lr=recipe["lr"], betas=tuple(recipe["betas"]), foreach=True)
     emb_opt = LazyAdam(emb, recipe["lr"], tuple(recipe["betas"]))
     steps, warm = recipe["steps"], recipe["warmup"]
@@ -341,68 +470,70 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     gen = torch.Generator().manual_seed(recipe["seed"] + 1)
     model.train()
+    eval_every = int(os.environ.get("QHX_TOY_EVAL_EVERY", "0"))  # a learning curve, for recipe work
     losses: list[float] = []
     bar = tqdm(range(steps), desc="toy training", unit="step", mininterval=2.0, file=sys.stderr)
     for step in bar:
-        ids_rows, pix, targets, scenes, questions = [], [], [], [], []
-        for j in range(recipe["batch"]):
-            rng = random.Random(f"toy-train:{recipe['seed']}:{step}:{j}")
-            scene, img = toy_task.scene_and_image(f"toy-train-scene:{recipe['seed']}:{step}:{j}")
-            qs = toy_task.questions(scene)
-            scenes.append(scene)
-            # captions, the longest answers, take a fixed share; the other kinds share the rest
-            kind = "caption" if rng.random() < recipe["caption_share"] else \
-                rng.choice([k for k in toy_task.KINDS if qs[k] and k != "caption"])
-            question, answer = rng.choice(qs[kind])
-            p, a = prompts.prompt(question), prompts.answer(answer)
-            questions.append(question)
-            ids_rows.append(p + a)
-            targets.append((len(p), a))
-            pix.append(pixel_rows(img))
-        length = max(len(r) for r in ids_rows)
-        input_ids = torch.full((len(ids_rows), length), tiny_configs.PAD_TOKEN_ID, dtype=torch.long)
-        mask = torch.zeros((len(ids_rows), length), dtype=torch.long)
-        rows, cols, want = [], [], []
-        for b, (r, (start, a)) in enumerate(zip(ids_rows, targets)):
-            input_ids[b, :len(r)] = torch.tensor(r)
-            mask[b, :len(r)] = 1
-            for k, t in enumerate(a):  # position start+k-1 predicts answer token k
-                rows.append(b)
-                cols.append(start + k - 1)
-                want.append(t)
-        pixel_values = torch.from_numpy(np.concatenate(pix))
-        grid_thw = torch.tensor([[1, grid, grid]] * len(ids_rows))
-        seen.clear()
-        position_ids = torch.stack([prompts.positions(model, q, length, grid) for q in questions], dim=1)
-        hidden = model.model(input_ids=input_ids, attention_mask=mask, pixel_values=pixel_values,
-                             image_grid_thw=grid_thw, position_ids=position_ids).last_hidden_state
-        aux = 0.0 if recipe["freeze_vision"] else probe.loss(seen[0], cell_targets(scenes))
-        h = hidden[torch.tensor(rows), torch.tensor(cols)]                     # [M, H]
+        examples = [draw_example(recipe, step, j) for j in range(recipe["batch"])]
+        # Captions are the long answers: with split_captions the captions and the other questions
+        # go through the model as two batches, each padded to its own length (a fifth fewer
+        # tokens), their gradients summed into the one step.
+        groups = [examples]
+        if recipe["split_captions"]:
+            groups = [g for g in ([e for e in examples if e.kind == "caption"],
+                                  [e for e in examples if e.kind != "caption"]) if g]
+        batches = [lm_batch(prompts, model, g, grid) for g in groups]
+        want_all = [t for b in batches for t in b["want"]]
+        n_lookup = sum(e.kind in ("colour", "where") for e in examples)
         negatives = torch.randint(0, vocab, (recipe["negatives"],), generator=gen)
-        cand = torch.unique(torch.cat([task_vocab, negatives, torch.tensor(want)]))  # sorted
-        logits = h @ emb[cand].T                                               # [M, |cand|]
-        answer_loss = torch.nn.functional.cross_entropy(logits, torch.searchsorted(cand, torch.tensor(want)))
-        loss = answer_loss + recipe["aux_weight"] * aux
+        cand = torch.unique(torch.cat([task_vocab, negatives, torch.tensor(want_all)]))  # sorted
+        # The step reads U rows of the 151,936-row tied embedding (the inputs and the softmax's
+        # candidates): a leaf of those rows takes the gradient, so backward never fills a dense
+        # [151936, H] gradient (that fill alone was a third of the step).
+        touched = torch.unique(torch.cat([cand] + [b["input_ids"].flatten() for b in batches]))  # [U] sorted
+        rows_emb = emb.detach()[touched].requires_grad_()                   # [U, H]
         opt.zero_grad(set_to_none=True)
-        emb.grad = None
-        loss.backward()
-        touched = torch.unique(torch.cat([cand, input_ids.flatten()]))
-        # the clip's norm over every gradient, the embedding's read on the rows it has
-        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        norms = torch.stack([p.grad.norm() for p in params] + [emb.grad[touched].norm()])
+        answer_loss = 0.0
+        for group, batch in zip(groups, batches):
+            rows, cols, want = batch.pop("rows"), batch.pop("cols"), batch.pop("want")
+            batch["inputs_embeds"] = rows_emb[torch.searchsorted(touched, batch.pop("input_ids"))]  # [B, T, H]
+            seen.clear()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe["autocast_bf16"]):
+                fwd = model.model(**batch, output_hidden_states=recipe["lookup_weight"] > 0)
+            h = fwd.last_hidden_state.float()[torch.tensor(rows), torch.tensor(cols)]    # [M, H]
+            logits = h @ rows_emb[torch.searchsorted(touched, cand)].T                  # [M, |cand|]
+            # each term a sum over this group, divided by the step's count: the step's mean
+            ce = torch.nn.functional.cross_entropy(logits, torch.searchsorted(cand, torch.tensor(want)),
+                                                   reduction="sum") / len(want_all)
+            loss = ce
+            targets = lookup_targets(prompts, lookup_probe, group)
+            if recipe["lookup_weight"] > 0 and targets is not None:
+                loss = loss + recipe["lookup_weight"] * len(targets[0]) / n_lookup * lookup_probe.loss(
+                    fwd.hidden_states[recipe["lookup_layer"]].float(), targets)
+            if not recipe["freeze_vision"]:
+                loss = loss + recipe["aux_weight"] * len(group) / len(examples) * probe.loss(
+                    seen[0], cell_targets([e.scene for e in group]))
+            loss.backward()
+            answer_loss += float(ce.detach())
+        g = rows_emb.grad                                                      # [U, H]
+        params = [p for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        norms = torch.stack([p.grad.norm() for p in params] + [g.norm()])
         scale = min(1.0, recipe["grad_clip"] / (float(norms.norm()) + 1e-6))
         if scale < 1.0:
             for p in params:
                 p.grad.mul_(scale)
-            emb.grad[touched] *= scale
-        emb_opt.step(touched, schedule(step))
+            g.mul_(scale)
+        emb_opt.step(touched, g, schedule(step))
         opt.step()
         sched.step()
-        losses.append(float(answer_loss.detach()))
+        losses.append(answer_loss)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if eval_every and (step + 1) % eval_every == 0:
+            log(f"toy: step {step + 1} validation {validate(model, prompts, grid, recipe)}")
     bar.close()
     train_s = time.perf_counter() - t0
+    validation = validate(model, prompts, grid, recipe)
 
     model = model.to(torch.bfloat16)  # the real checkpoint's dtype
     model.config.text_config.dtype = "bfloat16"
@@ -413,6 +544,7 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
         "peak_rss_mb": round(peak_mb), "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
         "threads": torch.get_num_threads(), "image_size": IMAGE_SIZE,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "validation_teacher_forced": validation,
     }
     write_json(stage / STAMP_FILE, summary)
     replace_dir(stage, out)
@@ -439,8 +571,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="checkpoint folder (default $QHX_CACHE/toy/checkpoint)")
     ap.add_argument("--steps", type=int, default=None, help=f"training steps (default {RECIPE['steps']})")
     ap.add_argument("--force", action="store_true", help="train even if a matching checkpoint is cached")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="override a recipe value, for recipe work (e.g. --set lookup_weight=0.5)")
     a = ap.parse_args(argv)
     recipe = dict(RECIPE)
+    for item in a.set:
+        key, sep, value = item.partition("=")
+        if not sep or key not in RECIPE:
+            ap.error(f"--set {item!r}: expected KEY=JSON with KEY one of {', '.join(RECIPE)}")
+        try:
+            recipe[key] = json.loads(value)
+        except json.JSONDecodeError as e:
+            ap.error(f"--set {item!r}: the value is not JSON ({e})")
     if a.steps is not None:
         if a.steps < 1:
             ap.error("--steps must be positive")
