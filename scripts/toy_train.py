@@ -1,28 +1,33 @@
 #!/usr/bin/env python3
 """Trains the toy Qwen3-VL on the synthetic task of scripts/toy_task.py (issue 18).
 
-    scripts/toy_train.py [--out DIR] [--steps N] [--force]
+    scripts/toy_train.py [--out DIR] [--steps N] [--force] [--set KEY=JSON ...]
 
 transformers' own Qwen3VLForConditionalGeneration on a small config with the real architecture
 (DeepStack, M-RoPE, the real Qwen3 vocabulary and chat template, embeddings tied as in the real
 model), trained from transformers' own initialization with a fixed seed on 2 CPU threads, then
 saved with save_pretrained in bfloat16 like the real checkpoint, with the real tokenizer files:
-a checkpoint any Qwen3-VL loader reads. Default DIR: $QHX_CACHE/toy/checkpoint.
+a checkpoint any Qwen3-VL loader reads. Default DIR: $QHX_CACHE/toy/checkpoint. `--set` changes
+a RECIPE value (for recipe work; QHX_TOY_EVAL_EVERY=N logs a validation every N steps).
 
 Idempotent: a checkpoint whose qhx_stamp.json holds the hash of (recipe, this file, the task
 generator, the tokenizer, package versions) is reused; built in a sibling folder and renamed into
 place, so an interrupted run never leaves half a checkpoint.
 
-The recipe, and why:
-  - every step draws fresh scenes (no epoch, no overfitting) and one question per scene, the
-    kind first (uniform over the kinds the scene supports), so captions and rare signs are seen
-    as often as counts;
-  - the loss is the cross-entropy of the answer and its <|im_end|> only (the prompt is given);
+The recipe (docs/toy.md says why each part is there):
+  - stage 1 trains the vision tower alone, a linear probe per merged token reading what its cell
+    holds (CellProbe); stage 2 the language model on the questions, the vision frozen;
+  - every step draws fresh scenes (no epoch, no overfitting) and one question per scene, its
+    kind by kind_weights among the kinds the scene has; training scenes carry a sign more often
+    than the task's (sign_share), since the digits are the slowest thing the captions learn;
+  - the loss is the cross-entropy of the answer and its <|im_end|> only (the prompt is given),
+    plus the look-up probe's (LookupProbe) at the question's shape word;
   - the output softmax runs over a sampled subset of the real 151,936-token vocabulary: every
     token the task's answers use plus 4,096 others drawn afresh each step. Logits for the whole
     vocabulary at each answer position would cost 30x the rest of the step on this CPU; the
     sampled negatives still push every other token down, and greedy decoding at test time
-    takes the argmax over the whole vocabulary (the accuracy tests measure exactly that).
+    takes the argmax over the whole vocabulary (the accuracy tests measure exactly that);
+  - the weights are float32 while training (the config's bfloat16 is the saved dtype only).
 """
 
 from __future__ import annotations
