@@ -32,6 +32,7 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/session.hpp"
+#include "speculate_flag.hpp"
 
 namespace {
 
@@ -298,14 +299,7 @@ int main(int argc, char** argv) {
   app.add_option("--system", a.system, "a system message before the conversation");
   app.add_option("--speculate", a.speculate,
                  "exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K (K in 1..16) or off")
-      ->check([](const std::string& v) {  // refused before the model loads
-        try {
-          qhx::parse_speculate(v);
-          return std::string();
-        } catch (const std::exception& e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(speculate_validator());
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (0: off)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);

@@ -20,6 +20,7 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/session.hpp"
+#include "speculate_flag.hpp"
 #include "serve/server.hpp"
 
 namespace {
@@ -128,14 +129,7 @@ int main(int argc, char** argv) {
   app.add_option("--speculate", a.speculate,
                  "every answer with exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K "
                  "(K in 1..16) or off")
-      ->check([](const std::string& v) {  // refused before the model loads
-        try {
-          qhx::parse_speculate(v);
-          return std::string();
-        } catch (const std::exception& e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(speculate_validator());
   app.add_option("--sessions", a.sessions, "session slots (conversations whose KV cache is kept; default 1)")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", a.threads, "the CPU kernels' worker threads (default: physical cores)")

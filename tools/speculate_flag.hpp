@@ -1,0 +1,23 @@
+// The --speculate flag's check, shared by the tools that take it: a bad value is
+// refused while parsing the command line, before any model loads.
+#pragma once
+
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "qhexrt/session.hpp"
+
+inline CLI::Validator speculate_validator() {
+  return CLI::Validator(
+      [](std::string& v) {
+        try {
+          qhx::parse_speculate(v);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      },
+      "ngram[:K]");
+}
