@@ -62,8 +62,7 @@ IMAGE_PAD = "<|image_pad|>"
 RECIPE: dict[str, Any] = {
     "vision_steps": 500, "steps": 1200, "batch": 32, "lr": 2e-3, "freeze_vision": True, "warmup": 60,
     "weight_decay": 0.01, "betas": [0.9, 0.98], "grad_clip": 1.0, "negatives": 4096, "aux_weight": 0.5,
-    "seed": SEED, "lookup_weight": 1.0, "lookup_layer": 2, "autocast_bf16": False, "sign_share": 0.6,
-    "caption_share": 0.3,  # used when kind_weights is None
+    "seed": SEED, "lookup_weight": 1.0, "lookup_layer": 2, "sign_share": 0.6,
     "kind_weights": {"caption": 0.3, "colour": 0.175, "where": 0.175, "count": 0.1, "sign": 0.1, "background": 0.15},
     "split_captions": True,
 }
@@ -275,18 +274,14 @@ class Example(NamedTuple):
 
 
 def draw_example(recipe: dict[str, Any], step: int, j: int, tag: str = "toy-train") -> Example:
-    """Training example j of a step: a fresh scene and one of its questions, the kind first (a
-    caption with probability caption_share, else uniform over the other kinds the scene has)."""
+    """Training example j of a step: a fresh scene and one of its questions, the kind first (by
+    kind_weights, renormalized over the kinds the scene has)."""
     rng = random.Random(f"{tag}:{recipe['seed']}:{step}:{j}")
     scene, img = toy_task.scene_and_image(f"{tag}-scene:{recipe['seed']}:{step}:{j}",
                                           sign_share=recipe["sign_share"])
     qs = toy_task.questions(scene)
-    if recipe.get("kind_weights"):  # weights of the kinds the scene has, renormalized
-        kinds = [k for k in toy_task.KINDS if qs[k]]
-        kind = rng.choices(kinds, weights=[recipe["kind_weights"][k] for k in kinds])[0]
-    else:
-        kind = "caption" if rng.random() < recipe["caption_share"] else \
-            rng.choice([k for k in toy_task.KINDS if qs[k] and k != "caption"])
+    kinds = [k for k in toy_task.KINDS if qs[k]]
+    kind = rng.choices(kinds, weights=[recipe["kind_weights"][k] for k in kinds])[0]
     question, answer = rng.choice(qs[kind])
     return Example(scene, img, kind, question, answer)
 
@@ -441,8 +436,8 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
     config = Qwen3VLConfig(**toy_config())
     config._attn_implementation = "eager"  # CPU sdpa with a padding mask is 10x slower in backward
     # The config says bfloat16 (the real checkpoint's dtype), and transformers builds the language
-    # model in it: Adam's small steps would round away in bf16 weights, so train in float32 (and,
-    # with autocast_bf16, run the products in bf16 on the float32 weights) and save as bf16.
+    # model in it: Adam's small steps would round away in bf16 weights, so train in float32 and
+    # save as bf16.
     model = Qwen3VLForConditionalGeneration(config).float()
     emb = model.model.language_model.embed_tokens.weight
     assert model.lm_head.weight is emb, "lm_head is not tied to embed_tokens"
@@ -497,16 +492,16 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
         # [151936, H] gradient (that fill alone was a third of the step).
         touched = torch.unique(torch.cat([cand] + [b["input_ids"].flatten() for b in batches]))  # [U] sorted
         rows_emb = emb.detach()[touched].requires_grad_()                   # [U, H]
+        cand_in_touched = torch.searchsorted(touched, cand)                  # [|cand|]
         opt.zero_grad(set_to_none=True)
         answer_loss = 0.0
         for group, batch in zip(groups, batches):
             rows, cols, want = batch.pop("rows"), batch.pop("cols"), batch.pop("want")
             batch["inputs_embeds"] = rows_emb[torch.searchsorted(touched, batch.pop("input_ids"))]  # [B, T, H]
             seen.clear()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe["autocast_bf16"]):
-                fwd = model.model(**batch, output_hidden_states=recipe["lookup_weight"] > 0)
-            h = fwd.last_hidden_state.float()[torch.tensor(rows), torch.tensor(cols)]    # [M, H]
-            logits = h @ rows_emb[torch.searchsorted(touched, cand)].T                  # [M, |cand|]
+            fwd = model.model(**batch, output_hidden_states=recipe["lookup_weight"] > 0)
+            h = fwd.last_hidden_state[torch.tensor(rows), torch.tensor(cols)]           # [M, H]
+            logits = h @ rows_emb[cand_in_touched].T                                    # [M, |cand|]
             # each term a sum over this group, divided by the step's count: the step's mean
             ce = torch.nn.functional.cross_entropy(logits, torch.searchsorted(cand, torch.tensor(want)),
                                                    reduction="sum") / len(want_all)
@@ -514,7 +509,7 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
             targets = lookup_targets(prompts, lookup_probe, group)
             if recipe["lookup_weight"] > 0 and targets is not None:
                 loss = loss + recipe["lookup_weight"] * len(targets[0]) / n_lookup * lookup_probe.loss(
-                    fwd.hidden_states[recipe["lookup_layer"]].float(), targets)
+                    fwd.hidden_states[recipe["lookup_layer"]], targets)
             if not recipe["freeze_vision"]:
                 loss = loss + recipe["aux_weight"] * len(group) / len(examples) * probe.loss(
                     seen[0], cell_targets([e.scene for e in group]))

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, cache_dir, tool_path
+import export_util  # noqa: E402
 
 STEPS = 16
 IMAGE = REPO_ROOT / "assets" / "sample.png"
@@ -60,11 +61,7 @@ def cpu_bundles(tmp_path_factory) -> dict[str, Path]:
                             "--context", "384", "-q"], capture_output=True, check=False)
         assert p.returncode == 0, p.stderr.decode()
         for kind in ("vlm", "text"):
-            m = json.loads((d / f"qwen3vl-2b-{kind}-256.json").read_text())
-            for g in m["graphs"].values():
-                if "activations" in g:
-                    g["activations"] = "f32"
-            (d / f"{kind}-f32.json").write_text(json.dumps(m))
+            export_util.with_activations(d / f"qwen3vl-2b-{kind}-256.json", "f32", d / f"{kind}-f32.json")
         out[cfg] = d
     return out
 
