@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   app.add_option("--smoothing", o.smoothing,
                  "outlier channels of the text decoder folded into the weights: auto (w8 and w4, the default), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--layout", o.layout,
+                 "how w8 matrices are stored: panels (the int8 kernels' layout, mapped in place at open; bundle "
+                 "format 2, the default) or rows (row-major, repacked at open; readable by format-1 builds)")
+      ->check(CLI::IsMember({"panels", "rows"}));
   app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   try {

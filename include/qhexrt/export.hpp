@@ -34,6 +34,10 @@ struct ExportOptions {
   // Outlier channels of the text decoder smoothed into the weights at export
   // (docs/bundle.md, "Outlier smoothing"): "auto" (w8 and w4), "on" (any format), "off".
   std::string smoothing = "auto";
+  // How w8 matrices are stored (docs/bundle.md, "Panel form"): "panels", the int8
+  // kernels' own layout, mapped in place at open (bundle format 2); "rows", row-major,
+  // repacked at every open but read by builds that know only format 1.
+  std::string layout = "panels";
   // Polled while the export runs (once per matrix row); returning true stops it with an
   // error, nothing published (qhx_export: on SIGINT or SIGTERM).
   std::function<bool()> cancelled;

@@ -26,7 +26,7 @@ namespace qhx {
 
 // The QHexRT bundle format version this build reads (the "qhexrt_bundle"
 // metadata key of a bundle .bin; see docs/bundle.md). Newer files are refused.
-constexpr int kBundleFormatVersion = 1;
+constexpr int kBundleFormatVersion = 2;
 
 struct TensorView {
   std::string name;

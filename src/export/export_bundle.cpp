@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/weights.hpp"
 #include "common/durable_file.hpp"
 #include "common/mapping_guard.hpp"
@@ -64,14 +65,19 @@ cpu::WeightMatrix source_matrix(const TensorView& t, std::int64_t rows, std::int
 
 // Declares `name` [rows, cols] in `format` (and its ".scale"), converting
 // from `src` row by row while the file is written.
+// A w8 matrix goes in the panel form when `panels` (--layout panels), row-major otherwise.
 void add_matrix(BundleWriter& w, const std::string& name, const TensorView& src, std::int64_t rows, std::int64_t cols,
-                WeightFormat format, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
+                WeightFormat format, bool panels, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
   const cpu::WeightMatrix m = source_matrix(src, rows, cols);
-  add_matrix(w, name, format, rows, cols, [m, &progress, smoothing, name](std::int64_t r, float* out) {
+  RowSource rows_of = [m, &progress, smoothing, name](std::int64_t r, float* out) {
     cpu::weight_row_to_f32(m, r, out);
     if (smoothing != nullptr) smoothing->apply_row(name, r, out, m.cols);
     progress.advance(static_cast<std::uint64_t>(m.cols) * dtype_size(m.dtype));
-  });
+  };
+  if (panels && matrix_storage_format(format, cols) == WeightFormat::W8 && cols <= cpu::kInt8MaxCols)
+    add_w8_panel_matrix(w, name, rows, cols, std::move(rows_of));
+  else
+    add_matrix(w, name, format, rows, cols, std::move(rows_of));
 }
 
 // Vectors (norm weights, biases) are stored as f32 whatever the format.
@@ -90,14 +96,14 @@ bool starts_with(const std::string& s, std::string_view p) { return s.compare(0,
 // Every tensor of the checkpoint under `prefix` (except `skip` prefixes): matrices in
 // the bundle's format, vectors in f32.
 void add_group(BundleWriter& w, const Checkpoint& ck, std::string_view prefix, std::initializer_list<std::string_view> skip,
-               WeightFormat f, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
+               WeightFormat f, bool panels, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
   for (const auto& name : ck.names()) {
     if (!starts_with(name, prefix)) continue;
     bool skipped = false;
     for (const auto s : skip) skipped |= starts_with(name, s);
     if (skipped) continue;
     const TensorView& t = ck.get(name);
-    if (t.shape.size() == 2) add_matrix(w, name, t, t.shape[0], t.shape[1], f, progress, smoothing);
+    if (t.shape.size() == 2) add_matrix(w, name, t, t.shape[0], t.shape[1], f, panels, progress, smoothing);
     else if (t.shape.size() == 1) add_vector(w, name, t, progress, smoothing);
     else fail("tensor ", name, ": unexpected rank ", t.shape.size());
   }
@@ -126,6 +132,7 @@ void check_cpu_export(const ExportOptions& o) {
   if (o.prefill_chunk <= 0 || o.context <= 1) fail("--prefill-chunk and --context must be positive");
   if (o.smoothing != "auto" && o.smoothing != "on" && o.smoothing != "off")
     fail("--smoothing must be auto, on or off, got \"", o.smoothing, "\"");
+  if (o.layout != "panels" && o.layout != "rows") fail("--layout must be panels or rows, got \"", o.layout, "\"");
   const bool quantized = *format == WeightFormat::W8 || *format == WeightFormat::W4;
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
@@ -160,6 +167,7 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   const std::int64_t patch_cols = vc.in_channels * vc.temporal_patch_size * vc.patch_size * vc.patch_size;
 
   Progress progress(group_bytes(ck, "model.") + head.nbytes, o);
+  const bool panels = o.layout == "panels";  // w8 matrices of the graphs that repack them (not tables)
   const auto meta = [&](const std::string& role) {
     return std::map<std::string, std::string>{{"role", role}, {"weights", o.weights},
                                               {"source", o.hf_dir.filename().string()}};
@@ -178,7 +186,8 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   // int8 in quantized bundles (the seed's in-graph int8 lm-head) unless --lm-head
   // asks for w4 (a sixth of a w4 model's bytes per decoded token saved).
   write(files.vision, "vision", [&](BundleWriter& w) {
-    add_group(w, ck, "model.visual.", {"model.visual.patch_embed.", "model.visual.pos_embed."}, format, progress);
+    add_group(w, ck, "model.visual.", {"model.visual.patch_embed.", "model.visual.pos_embed."}, format, panels,
+              progress);
   });
   // "auto": where int8 arithmetic meets the activations (w8, w4), outlier channels are
   // smoothed into the weights (export/outlier_smoothing.hpp).
@@ -186,27 +195,28 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   const OutlierSmoothing smoothing = smooth ? plan_outlier_smoothing(ck, cfg.text.num_hidden_layers) : OutlierSmoothing{};
   out.smoothed_channels = smoothing.channels;
   write(files.llm, "llm_shared", [&](BundleWriter& w) {
-    add_group(w, ck, "model.language_model.", {embed_name}, format, progress, smoothing.empty() ? nullptr : &smoothing);
+    add_group(w, ck, "model.language_model.", {embed_name}, format, panels, progress,
+              smoothing.empty() ? nullptr : &smoothing);
   });
   const WeightFormat head_format =
       !o.lm_head.empty() ? *parse_weight_format(o.lm_head) : (format == WeightFormat::W4 ? WeightFormat::W8 : format);
   write(files.lm_head, "lm_head", [&](BundleWriter& w) {
-    add_matrix(w, "lm_head.weight", head, head.shape[0], head.shape[1], head_format, progress);
+    add_matrix(w, "lm_head.weight", head, head.shape[0], head.shape[1], head_format, panels, progress);
   });
   write(files.embed, "embed", [&](BundleWriter& w) {
     add_matrix(w, embed_name, embed, embed.shape[0], embed.shape[1],
-               format == WeightFormat::F32 ? WeightFormat::F32 : WeightFormat::F16, progress);
+               format == WeightFormat::F32 ? WeightFormat::F32 : WeightFormat::F16, false, progress);
   });
   write(files.patch_embed, "vision_patch_embed", [&](BundleWriter& w) {
     const TensorView& t = ck.get("model.visual.patch_embed.proj.weight");
-    add_matrix(w, t.name, t, vc.hidden_size, patch_cols, WeightFormat::F32, progress);
+    add_matrix(w, t.name, t, vc.hidden_size, patch_cols, WeightFormat::F32, false, progress);
   });
   write(files.patch_bias, "vision_patch_embed_bias", [&](BundleWriter& w) {
     add_vector(w, "model.visual.patch_embed.proj.bias", ck.get("model.visual.patch_embed.proj.bias"), progress);
   });
   write(files.pos_embed, "vision_pos_embed", [&](BundleWriter& w) {
     const TensorView& t = ck.get("model.visual.pos_embed.weight");
-    add_matrix(w, t.name, t, t.shape[0], t.shape[1], WeightFormat::F32, progress);
+    add_matrix(w, t.name, t, t.shape[0], t.shape[1], WeightFormat::F32, false, progress);
   });
   progress.finish();
 

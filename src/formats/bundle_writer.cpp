@@ -1,5 +1,6 @@
 #include "formats/bundle_writer.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -9,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/stored_panels.hpp"
 #include "common/durable_file.hpp"
 #include "qhexrt/error.hpp"
+#include "qhexrt/safetensors.hpp"
 
 namespace qhx {
 
@@ -82,9 +85,15 @@ BundleWriter::BundleWriter(fs::path path, std::map<std::string, std::string> met
   const auto f = parse_weight_format(weights->second);
   if (!f) fail(path_.string(), ": bundle metadata \"weights\": '", weights->second, "' is not w8, w4, f16 or f32");
   weights_ = *f;
-  const auto [it, inserted] = metadata_.emplace("qhexrt_bundle", "1");
-  if (!inserted && it->second != "1")
-    fail(path_.string(), ": bundle metadata \"qhexrt_bundle\" is '", it->second, "'; this writer writes version 1");
+  if (metadata_.count("qhexrt_bundle") != 0)
+    fail(path_.string(), ": bundle metadata \"qhexrt_bundle\" is set by the writer (the version its tensors need)");
+}
+
+void BundleWriter::require_version(int version) {
+  if (version < 1 || version > kBundleFormatVersion)
+    fail(path_.string(), ": bundle format version ", version, " is not one this writer writes (1 to ",
+         kBundleFormatVersion, ")");
+  version_ = std::max(version_, version);
 }
 
 BundleWriter::~BundleWriter() = default;
@@ -144,6 +153,7 @@ void BundleWriter::finish() {
   Json header = Json::object();
   Json meta = Json::object();
   for (const auto& [k, v] : metadata_) meta[k] = v;
+  meta["qhexrt_bundle"] = std::to_string(version_);
   header["__metadata__"] = std::move(meta);
   for (const Placed& p : placed) {
     const bool pad = p.entry == nullptr;
@@ -273,6 +283,66 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
   return add_matrix(w, name, f, rows, cols, [data, cols](std::int64_t r, float* out) {
     std::memcpy(out, data->data() + r * cols, static_cast<std::size_t>(cols) * sizeof(float));
   });
+}
+
+void add_w8_panel_matrix(BundleWriter& w, const std::string& name, std::int64_t rows, std::int64_t cols,
+                         RowSource rows_of) {
+  constexpr std::int64_t P = cpu::kStoredPanel;
+  if (rows <= 0 || cols <= 0)
+    fail(w.path().string(), ": panel matrix '", name, "': shape [", rows, ", ", cols, "] is not positive");
+  if (cols > cpu::kInt8MaxCols)
+    fail(w.path().string(), ": panel matrix '", name, "': ", cols, " input features exceed the int8 path's limit of ",
+         cpu::kInt8MaxCols);
+  if (!rows_of) fail(w.path().string(), ": matrix '", name, "' has no row source");
+  w.require_version(2);
+  const std::int64_t panels = (rows + P - 1) / P, k4 = (cols + 3) / 4;
+  // Row sums and scales are computed with the panels and written right after them.
+  struct Shared {
+    RowSource rows_of;
+    std::vector<std::int32_t> sums;
+    std::vector<float> scales;
+    bool ready = false;
+  };
+  auto shared = std::make_shared<Shared>(Shared{std::move(rows_of), {}, {}, false});
+  w.add(name + ".panels", DType::I8, {panels, k4, P, 4}, [shared, rows, cols, panels, k4](ByteSink& sink) {
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    std::vector<std::int8_t> q(static_cast<std::size_t>(cols));
+    std::vector<std::int8_t> panel(static_cast<std::size_t>(k4 * P * 4));
+    shared->sums.assign(static_cast<std::size_t>(panels * P), 0);
+    shared->scales.assign(static_cast<std::size_t>(panels * P), 0.0f);
+    for (std::int64_t p = 0; p < panels; ++p) {
+      std::fill(panel.begin(), panel.end(), std::int8_t{0});  // rows and columns past the edges stay 0
+      for (std::int64_t j = 0; j < P && p * P + j < rows; ++j) {
+        const std::int64_t r = p * P + j;
+        try {
+          shared->rows_of(r, row.data());
+          shared->scales[static_cast<std::size_t>(r)] = quantize_w8_row(row.data(), cols, q.data());
+        } catch (const Error& e) {
+          fail("row ", r, ": ", e.what());
+        }
+        std::int32_t sum = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          panel[static_cast<std::size_t>((c / 4) * P * 4 + j * 4 + c % 4)] = q[static_cast<std::size_t>(c)];
+          sum += q[static_cast<std::size_t>(c)];
+        }
+        shared->sums[static_cast<std::size_t>(r)] = sum;
+      }
+      sink.write(panel.data(), panel.size());
+    }
+    shared->ready = true;
+  });
+  w.add(name + ".row_sums", DType::I32, {panels * P}, [shared, name](ByteSink& sink) {
+    if (!shared->ready) fail("the row sums of '", name, "' were asked for before its panels were written");
+    sink.write(std::span<const std::int32_t>(shared->sums));
+    shared->sums = {};
+  });
+  w.add(name + ".scale", DType::F32, {panels * P}, [shared, name](ByteSink& sink) {
+    if (!shared->ready) fail("the scales of '", name, "' were asked for before its panels were written");
+    sink.write(std::span<const float>(shared->scales));
+    shared->scales = {};
+  });
+  const std::int64_t shape[2] = {rows, cols};
+  w.add(name + ".shape", DType::I64, {2}, std::as_bytes(std::span<const std::int64_t>(shape)));
 }
 
 }  // namespace qhx

@@ -48,8 +48,10 @@ class BundleWriter {
   using Producer = std::function<void(ByteSink&)>;
 
   // `metadata` must hold "role" (non-empty) and "weights" (w8, w4, f16 or f32);
-  // "qhexrt_bundle" is set to "1" (any other value given is an error). Nothing
-  // is written before finish().
+  // "qhexrt_bundle" is the writer's (giving it is an error): the lowest format
+  // version that reads the file, 1 unless a tensor asked for more (require_version:
+  // 2 for a panel-form matrix), so older readers keep reading what they can.
+  // Nothing is written before finish().
   BundleWriter(std::filesystem::path path, std::map<std::string, std::string> metadata);
   ~BundleWriter();
   BundleWriter(const BundleWriter&) = delete;
@@ -66,6 +68,9 @@ class BundleWriter {
   // The same with the bytes given now (copied: for small tensors).
   void add(const std::string& name, DType dtype, std::vector<std::int64_t> shape, std::span<const std::byte> bytes);
   void add_f32(const std::string& name, std::vector<std::int64_t> shape, std::span<const float> values);
+
+  // The file needs bundle format `version` (1 .. kBundleFormatVersion) or later to be read.
+  void require_version(int version);
 
   // Writes the file. Call once; no add() after it.
   void finish();
@@ -85,6 +90,7 @@ class BundleWriter {
   WeightFormat weights_ = WeightFormat::F32;
   std::vector<Entry> entries_;
   bool finished_ = false;
+  int version_ = 1;
   FileDigest digest_;
 };
 
@@ -98,7 +104,13 @@ using RowSource = std::function<void(std::int64_t r, float* out)>;
 // Returns the format actually used. Conversion errors name the tensor and row.
 WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
                         std::int64_t cols, RowSource rows_of);
-// The same from an f32 matrix held by the writer until finish().
+// Declares w8 matrix `name` [rows, cols] in the panel form the int8 kernels read in
+// place (src/backends/cpu/stored_panels.hpp; docs/bundle.md, "Panel form"): tensors
+// `name.panels`, `.row_sums`, `.scale` and `.shape`, quantized as add_matrix's w8,
+// row by row from `rows_of`, 16 rows at a time. Makes the file format version 2.
+void add_w8_panel_matrix(BundleWriter& w, const std::string& name, std::int64_t rows, std::int64_t cols,
+                         RowSource rows_of);
+// The same as add_matrix from an f32 matrix held by the writer until finish().
 WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
                         std::int64_t cols, std::vector<float> values);
 

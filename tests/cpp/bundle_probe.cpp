@@ -11,9 +11,15 @@
 //                                          row 1 = zeros
 //   probe.w4_fallback.weight  w4 -> w8 [3, 40] (40 is not a multiple of 32)
 // Vectors: probe.norm.weight f32 [7] = i / 4 - 1, probe.bias f32 [3] = {0.5, -1.5, 3}.
+//
+// With a second path, also writes there a file of one panel-form w8 matrix
+// (bundle format 2), metadata {"role": "probe", "weights": "w8"}:
+//   probe.panels.weight       w8 panels [21, 11]  row 0 = kW8Ties, row 1 = zeros
 #include <cstdint>
 #include <filesystem>
+#include <algorithm>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,8 +49,8 @@ void set_row(std::vector<float>& w, std::int64_t cols, std::int64_t r, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: bundle_probe OUT.bin\n";
+  if (argc != 2 && argc != 3) {
+    std::cerr << "usage: bundle_probe OUT.bin [PANELS.bin]\n";
     return 2;
   }
   try {
@@ -65,6 +71,16 @@ int main(int argc, char** argv) {
     w.add_f32("probe.norm.weight", {7}, norm);
     w.add_f32("probe.bias", {3}, std::vector<float>{0.5f, -1.5f, 3.0f});
     w.finish();
+    if (argc == 3) {
+      qhx::BundleWriter p(argv[2], {{"role", "probe"}, {"weights", "w8"}});
+      auto m = std::make_shared<std::vector<float>>(source(21, 11));
+      set_row(*m, 11, 0, kW8Ties);
+      set_row(*m, 11, 1, {});
+      qhx::add_w8_panel_matrix(p, "probe.panels.weight", 21, 11, [m](std::int64_t r, float* out) {
+        std::copy_n(m->begin() + r * 11, 11, out);
+      });
+      p.finish();
+    }
     return 0;
   } catch (const qhx::Error& e) {
     std::cerr << "bundle_probe: " << e.what() << '\n';

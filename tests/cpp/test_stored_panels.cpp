@@ -1,5 +1,4 @@
-// Stored panels (stored_panels.hpp): the building block of bundle format
-// version 2. A matrix packed by the exporter and viewed in place must give the
+// Stored panels (stored_panels.hpp): bundle format version 2. A matrix packed by the exporter and viewed in place must give the
 // same products, bit for bit, as pack_i8 of its rows, with no copy (the packed
 // data pointer lies inside the stored buffer); unpacking gives the rows back;
 // bad stored arrays are errors naming where they came from.
@@ -13,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/int8_matmul.hpp"
+#include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/stored_panels.hpp"
 #include "backends/cpu/stored_panels_file.hpp"
 #include "formats/bundle_writer.hpp"
@@ -189,6 +190,8 @@ TEST(StoredPanels, MappedFromABundleFileWithNoCopy) {
     w.add("x.weight.panels", DType::I8, {3, 25, 16, 4}, std::as_bytes(std::span(pn)));
     w.add("x.weight.row_sums", DType::I32, {48}, std::as_bytes(std::span(rs)));
     w.add("x.weight.scale", DType::F32, {48}, std::as_bytes(std::span(sc)));
+    const std::int64_t shape[2] = {m.rows, m.cols};
+    w.add("x.weight.shape", DType::I64, {2}, std::as_bytes(std::span(shape)));
     w.add("y.weight", DType::I8, {1, 4}, std::as_bytes(std::span(pn).first(4)));
     w.finish();
   }
@@ -208,9 +211,111 @@ TEST(StoredPanels, MappedFromABundleFileWithNoCopy) {
   linear_i8_packed(x.data(), 3, *repacked, nullptr, b.data());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   // The shape the config asks for must be the stored one.
-  expect_error([&] { find_stored_panels(*ckpt, path.string(), "x.weight", 80, m.cols); }, "m.bin: tensor x.weight.panels");
+  expect_error([&] { find_stored_panels(*ckpt, path.string(), "x.weight", 80, m.cols); }, "m.bin: tensor x.weight.shape");
+}
+
+// Bundle format 2 end to end: add_w8_panel_matrix writes a matrix, matrix_weight maps
+// it, prepare() uses it in place (fast int8 kernel of 16-row panels) or unpacks it (the
+// reference set, f32 activations); every way must give, bit for bit, what the same
+// source written row-major (format 1) gives, and the rows read back must be equal.
+TEST(StoredPanels, BundleFormat2MatchesTheRowMajorMatrix) {
+  constexpr std::int64_t rows = 37, cols = 70;  // a partial last panel and a partial last group
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto src = std::make_shared<std::vector<float>>(static_cast<std::size_t>(rows * cols));
+  for (auto& v : *src) v = nd(rng);
+  const RowSource rows_of = [src](std::int64_t r, float* out) { std::copy_n(src->begin() + r * cols, cols, out); };
+  test::TempDir dir;
+  const auto path = dir.path() / "m.bin", path_v1 = dir.path() / "v1.bin";
+  {
+    BundleWriter w(path, {{"role", "test"}, {"weights", "w8"}});
+    add_w8_panel_matrix(w, "p.weight", rows, cols, rows_of);
+    add_matrix(w, "r.weight", WeightFormat::W8, rows, cols, rows_of);
+    w.finish();
+    BundleWriter v1(path_v1, {{"role", "test"}, {"weights", "w8"}});
+    add_matrix(v1, "r.weight", WeightFormat::W8, rows, cols, rows_of);
+    v1.finish();
+  }
+  EXPECT_EQ(SafetensorsFile::open(path).metadata().at("qhexrt_bundle"), "2");
+  EXPECT_EQ(SafetensorsFile::open(path_v1).metadata().at("qhexrt_bundle"), "1");
+  const Checkpoint ck = Checkpoint::open(path);
+  const WeightMatrix wp = matrix_weight(ck, "p.weight", rows, cols), wr = matrix_weight(ck, "r.weight", rows, cols);
+  ASSERT_TRUE(wp.panel_form);
+  ASSERT_FALSE(wr.panel_form);
+  const WeightMatrix shapeless = matrix_weight(ck, "p.weight");
+  EXPECT_TRUE(shapeless.panel_form && shapeless.rows == rows && shapeless.cols == cols);
+  std::vector<float> a(cols), b(cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    weight_row_to_f32(wp, r, a.data());
+    weight_row_to_f32(wr, r, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "row " << r;
+  }
+  constexpr std::int64_t m = 5;
+  std::vector<float> x(static_cast<std::size_t>(m * cols)), bias(rows);
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : bias) v = nd(rng);
+  for (const KernelSet* set : {&reference_kernels(), &active_kernels()}) {
+    for (const bool int8 : {true, false}) {
+      SCOPED_TRACE(std::string(set->name) + (int8 ? ", int8 activations" : ", f32 activations"));
+      const KernelPlan plan{set, int8};
+      WeightMatrix p = wp, r = wr;
+      prepare(plan, p);
+      prepare(plan, r);
+      EXPECT_EQ(p.int8_activations, int8);
+      const bool in_place = int8 && p.packed != nullptr && p.panel_form;
+      if (set != &reference_kernels() && int8 && int8_kernel_best().panel == kStoredPanel) {
+        ASSERT_TRUE(in_place);  // opening is mapping: the kernel reads the file's bytes
+        EXPECT_EQ(static_cast<const void*>(p.packed->data.get()), static_cast<const void*>(ck.get("p.weight.panels").data));
+      } else {
+        EXPECT_FALSE(p.panel_form);  // unpacked into rows of its own
+        EXPECT_NE(p.owned, nullptr);
+      }
+      std::vector<float> yp(static_cast<std::size_t>(m * rows)), yr(yp.size());
+      set->linear(x.data(), m, p, bias.data(), yp.data());
+      set->linear(x.data(), m, r, bias.data(), yr.data());
+      EXPECT_EQ(0, std::memcmp(yp.data(), yr.data(), yp.size() * sizeof(float)));
+    }
+  }
+  // The reference kernels read the panel form unprepared too (w8_at).
+  std::vector<float> yp(static_cast<std::size_t>(m * rows)), yr(yp.size());
+  WeightMatrix p = wp, r = wr;
+  p.int8_activations = r.int8_activations = true;
+  reference_kernels().linear(x.data(), m, p, nullptr, yp.data());
+  reference_kernels().linear(x.data(), m, r, nullptr, yr.data());
+  EXPECT_EQ(0, std::memcmp(yp.data(), yr.data(), yp.size() * sizeof(float)));
+  // The shape the config asks for must be the stored one; the message names the shape tensor.
+  expect_error([&] { matrix_weight(ck, "p.weight", rows + 1, cols); }, "p.weight.shape");
+  expect_error([&] { matrix_weight(ck, "q.weight", rows, cols); }, "q.weight");
+}
+
+// A corrupt panel form is found when it is unpacked (the panels' padding, the row sums).
+TEST(StoredPanels, UnpackingACorruptPanelFormIsAnError) {
+  constexpr std::int64_t rows = 20, cols = 8;
+  test::TempDir dir;
+  const auto path = dir.path() / "m.bin";
+  {
+    BundleWriter w(path, {{"role", "test"}, {"weights", "w8"}});
+    add_w8_panel_matrix(w, "p.weight", rows, cols, [](std::int64_t r, float* out) {
+      for (std::int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(r - c);
+    });
+    w.finish();
+  }
+  const Checkpoint ck = Checkpoint::open(path);
+  WeightMatrix w = matrix_weight(ck, "p.weight", rows, cols);
+  std::vector<std::int8_t> bytes(static_cast<const std::int8_t*>(w.data),
+                                 static_cast<const std::int8_t*>(w.data) + stored_panels_bytes(rows, cols));
+  auto buf = std::shared_ptr<std::int8_t>(static_cast<std::int8_t*>(std::aligned_alloc(64, bytes.size())), std::free);
+  std::memcpy(buf.get(), bytes.data(), bytes.size());
+  buf.get()[stored_panels_bytes(rows, cols) - 1] = 3;  // a byte of padding row 31
+  WeightMatrix bad = w;
+  bad.data = buf.get();
+  expect_error([&] { unpack_panel_form(bad); }, "not zero past");
+  std::memcpy(buf.get(), bytes.data(), bytes.size());
+  buf.get()[0] = static_cast<std::int8_t>(buf.get()[0] + 1);  // row 0's sum no longer agrees
+  bad = w;
+  bad.data = buf.get();
+  expect_error([&] { unpack_panel_form(bad); }, "row sum");
 }
 
 }  // namespace
 }  // namespace qhx::cpu
-

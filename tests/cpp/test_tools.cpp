@@ -305,12 +305,13 @@ TEST(QhxGenerate, CorruptBundles) {
   std::ofstream(llm, std::ios::binary) << "garbage, not a bundle";           // corrupt
   expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin"});
 
-  std::string newer = good;  // the same bytes, claiming format version 2
-  const auto at = newer.find("\"qhexrt_bundle\":\"1\"");
+  std::string newer = good;  // the same bytes, claiming a format version past this build's
+  static_assert(kBundleFormatVersion < 9);
+  const auto at = newer.find("\"qhexrt_bundle\":\"");
   ASSERT_NE(at, std::string::npos);
-  newer[at + 17] = '2';
+  newer[at + 17] = '9';
   std::ofstream(llm, std::ios::binary) << newer;
-  expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin", "version 2", "newer QHexRT"});
+  expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin", "version 9", "newer QHexRT"});
 
   std::ofstream(llm, std::ios::binary) << good;
   std::filesystem::remove(bundle / "lmhead_wqo.bin");                       // a file the manifest names is missing

@@ -114,9 +114,14 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path} not built: cmake --build build --target bundle_probe (or set QHX_BIN)")
     out = tmp_path_factory.mktemp("bundle") / "probe.bin"
-    proc = run_tool("bundle_probe", [str(out)], b"", timeout=60)
+    proc = run_tool("bundle_probe", [str(out), str(out.with_name("panels.bin"))], b"", timeout=60)
     assert proc.returncode == 0, stderr_text(proc)
     return out
+
+
+@pytest.fixture(scope="module")
+def panels_file(bundle: Path) -> Path:
+    return bundle.with_name("panels.bin")
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +133,34 @@ def tensors(bundle: Path) -> dict[str, np.ndarray]:
 def test_metadata(bundle: Path) -> None:
     with safe_open(str(bundle), "np") as f:
         assert f.metadata() == {"qhexrt_bundle": "1", "role": "probe", "weights": "w4"}
+
+
+def test_panel_form(panels_file: Path) -> None:
+    """docs/bundle.md "Panel form": the w8 matrix in 16-row panels of 4-column groups,
+    q[r, c] at [r // 16, c // 4, r % 16, c % 4], zeros past the edges, padded row sums and
+    scales, the logical shape; the file is format version 2."""
+    with safe_open(str(panels_file), "np") as f:
+        assert f.metadata() == {"qhexrt_bundle": "2", "role": "probe", "weights": "w8"}
+        t = {k: f.get_tensor(k) for k in f.keys() if not k.startswith("__pad.")}
+    name = "probe.panels.weight"
+    assert set(t) == {name + s for s in (".panels", ".row_sums", ".scale", ".shape")}
+    w = source(21, 11)
+    w[0] = np.array(W8_TIES, dtype=np.float32)
+    w[1] = 0
+    scale, q = expect_w8(w)
+    assert t[name + ".shape"].dtype == np.int64 and t[name + ".shape"].tolist() == [21, 11]
+    panels = t[name + ".panels"]
+    assert panels.dtype == np.int8 and panels.shape == (2, 3, 16, 4)
+    padded = np.zeros((32, 12), dtype=np.int8)
+    padded[:21, :11] = q
+    want = padded.reshape(2, 16, 3, 4).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(panels, want)
+    sums = t[name + ".row_sums"]
+    assert sums.dtype == np.int32 and sums.tolist() == padded.astype(np.int32).sum(axis=1).tolist()
+    sc = t[name + ".scale"]
+    assert sc.dtype == np.float32 and sc.shape == (32,)
+    np.testing.assert_array_equal(sc[:21], scale)
+    assert not sc[21:].any()
 
 
 def test_names_dtypes_shapes(tensors: dict[str, np.ndarray]) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
 from conftest import REPO_ROOT, rowwise_cosine, tool_path
@@ -122,6 +123,39 @@ def test_bundle_against_transformers(bundles, config, weights, kind, case, tmp_p
     assert f.get("vision_cosine", 1.0) >= vision_bound
     if weights == "f32":
         assert f["prompt_max_abs"] <= 1e-4
+
+
+@pytest.mark.parametrize("kind,case", [("text", "long_chat"), ("image", "img256x320")])
+def test_row_layout_equals_the_panel_form(bundles, kind, case, tmp_path):
+    """docs/bundle.md "Panel form": `--layout rows` (format 1, repacked at open) and the default
+    panel form (format 2, mapped in place) are the same numbers: logits and vision features bit
+    for bit; the default's w8 files say version 2, the rows bundle's say 1."""
+    rows = tmp_path / "rows"
+    ckpt = build_all.reference_dir("tiny_a") / "checkpoint"
+    proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(ckpt), "--out", str(rows), "--weights", "w8",
+                           "--layout", "rows", "--quiet"], capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    panels = bundles[("tiny_a", "w8")]
+    for name in ("vis_native_512.bin", "llm_shared_512.bin", "lmhead_wqo.bin"):
+        with safe_open(str(panels / name), "np") as f:
+            assert f.metadata()["qhexrt_bundle"] == "2", name
+            assert any(k.endswith(".panels") for k in f.keys()), name
+        with safe_open(str(rows / name), "np") as f:
+            assert f.metadata()["qhexrt_bundle"] == "1", name
+            assert not any(k.endswith(".panels") for k in f.keys()), name
+    meta, ref = load_case("tiny_a", kind, case)
+    got = {}
+    for label, bundle in (("panels", panels), ("rows", rows)):
+        d = tmp_path / label
+        d.mkdir()
+        figures(kind, case, meta, ref, bundle, d)
+        got[label] = {"prompt": np.load(d / "prompt.npy"), "step": np.load(d / "step.npy"),
+                      **{p.stem: np.load(p) for p in (d / "dumps").glob("vision.*.npy")}}
+    assert got["panels"].keys() == got["rows"].keys()
+    if kind == "image":
+        assert "vision.merger" in got["panels"]
+    for k in got["panels"]:
+        assert np.array_equal(got["panels"][k], got["rows"][k]), k
 
 
 @pytest.mark.parametrize("config", CONFIGS + TF5_CONFIGS)

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cpu/stored_panels_file.hpp"
 #include "common/half.hpp"
 #include "qhexrt/error.hpp"
 
@@ -77,8 +78,26 @@ void check_aligned(const TensorView& t, const std::string& name) {
          "-byte aligned in its file, so it cannot be used in place");
 }
 
+// Panel-form w8 matrices (bundle format 2) are named by their parts, not by `name`.
+constexpr const char* kPanelFile = "the weights file";
+
+WeightMatrix panel_matrix(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols) {
+  const auto s = find_stored_panels(ckpt, kPanelFile, name, rows, cols);
+  if (!s) fail("tensor ", name, ": the checkpoint has neither it nor its panel form ", name, ".panels");
+  if (reinterpret_cast<std::uintptr_t>(s->panels) % 64 != 0 || reinterpret_cast<std::uintptr_t>(s->row_sums) % 64 != 0 ||
+      reinterpret_cast<std::uintptr_t>(s->scales) % 64 != 0)
+    fail("tensor ", name, ".panels: the panel form is not 64-byte aligned in its file, so it cannot be used in place");
+  WeightMatrix w = WeightMatrix::w8(static_cast<const std::int8_t*>(s->panels), static_cast<const float*>(s->scales),
+                                    rows, cols);
+  w.panel_form = true;
+  w.panel_row_sums = static_cast<const std::int32_t*>(s->row_sums);
+  return w;
+}
+
 WeightMatrix load_matrix(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols,
                          Layout layout) {
+  if (layout == Layout::Exact && ckpt.find(name) == nullptr && ckpt.find(name + ".panels") != nullptr)
+    return panel_matrix(ckpt, name, rows, cols);
   const TensorView& t = ckpt.get(name);
   switch (t.dtype) {
     case DType::F32:
@@ -116,6 +135,9 @@ WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name, std:
 }
 
 WeightMatrix matrix_weight(const Checkpoint& ckpt, const std::string& name) {
+  if (ckpt.find(name) == nullptr)
+    if (const auto shape = stored_panels_shape(ckpt, kPanelFile, name))
+      return panel_matrix(ckpt, name, shape->first, shape->second);
   const TensorView& t = ckpt.get(name);
   if (t.shape.size() != 2) fail("tensor ", name, ": shape ", shape_str(t.shape), " is not a matrix");
   const std::int64_t cols = t.dtype == DType::U8 ? 2 * t.shape[1] : t.shape[1];

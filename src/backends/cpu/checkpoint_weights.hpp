@@ -8,6 +8,8 @@
 //   F32 / BF16 / F16 [rows, cols], no scale           -> f32 / bf16 / f16
 //   I8 [rows, cols]       + F32 scale [rows]           -> w8
 //   U8 [rows, cols / 2]   + F32 scale [rows, cols / 32] -> w4 (cols % 32 == 0)
+//   no <name>, but <name>.panels, .row_sums, .scale, .shape -> w8 in the panel
+//                                                    form (stored_panels.hpp, bundle format 2)
 // Anything else (a quantized matrix without its scale, a scale of the wrong
 // shape or dtype, a scale next to a float matrix) is an error naming the tensor.
 #pragma once

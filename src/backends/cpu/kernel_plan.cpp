@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backends/cpu/stored_panels.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
@@ -27,6 +28,13 @@ KernelPlan kernel_plan(const GraphBlob& blob) {
 void prepare(const KernelPlan& plan, WeightMatrix& w) {
   w.int8_activations = plan.int8_activations && (w.dtype == DType::I8 || w.dtype == DType::U8);
   w.packed = plan.kernels->pack(w);
+  if (w.panel_form) {
+    if (w.packed != nullptr) return;  // the mapped panels themselves: nothing to copy or release
+    // This kernel set reads rows (or panels of another height): unpack, then as a row-major matrix.
+    unpack_panel_form(w);
+    w.packed = plan.kernels->pack(w);
+    return;  // (the rows are w's own memory, not pages of the file to release)
+  }
   const std::int64_t stored_cols = w.dtype == DType::U8 ? w.cols / 2 : w.cols;
   if (w.packed != nullptr) release_pages(w.data, static_cast<std::size_t>(w.rows * stored_cols));
 }

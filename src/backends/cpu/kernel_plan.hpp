@@ -30,6 +30,9 @@ KernelPlan kernel_plan(const GraphBlob& blob);
 // once per matrix, at load). A repacked matrix's mapped pages are released
 // (release_pages), so the process holds one copy of the weights, not two; the
 // mapping stays valid and re-reads the file if the stored form is used again.
+// A w8 matrix stored in the panel form (bundle format 2) is used in place when the
+// kernel set can (int8 activations, a 16-row-panel kernel): opening is then mapping;
+// otherwise it is unpacked into rows first and treated as a row-major matrix.
 void prepare(const KernelPlan& plan, WeightMatrix& w);
 
 // Drops the resident pages of a read-only file mapping inside [data, data + bytes).

@@ -33,6 +33,7 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/kernels_fast.hpp"
 #include "backends/cpu/kernels_ref.hpp"
+#include "backends/cpu/stored_panels.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "common/half.hpp"
 
@@ -723,7 +724,8 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   }
   const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 ||
                      w.dtype == DType::I8 || w.dtype == DType::U8;
-  if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0)) {
+  // (A panel-form matrix reaches here only unprepared: prepare() gives f32 activations rows.)
+  if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0) || w.panel_form) {
     ref::linear(x, m, w, bias, y);  // reports the bad matrix as the reference does
     return;
   }
@@ -740,6 +742,11 @@ void attention_i8(const float* q, const float* k, const float* v, std::int64_t t
 
 std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
   if (!w.int8_activations || w.cols > kInt8MaxCols) return nullptr;
+  if (w.panel_form) {  // stored in the 16-row layout: used in place by a kernel of that panel height
+    const Int8Kernel& k = int8_kernel_best();
+    if (k.panel != kStoredPanel) return nullptr;
+    return view_stored_panels(stored_panels_of(w), w.rows, w.cols, k, nullptr, "a stored panel matrix");
+  }
   if (w.dtype != DType::I8 && !(w.dtype == DType::U8 && w.cols % kW4GroupSize == 0)) return nullptr;
   return pack_i8(w, int8_kernel_best());
 }

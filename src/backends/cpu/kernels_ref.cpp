@@ -42,8 +42,12 @@ void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out) {
       return;
     }
     case DType::I8: {  // w8: one scale per row
-      const auto* q = static_cast<const std::int8_t*>(w.data) + r * n;
       const float s = w.scales[r];
+      if (w.panel_form) {
+        for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(w8_at(w, r, c)) * s;
+        return;
+      }
+      const auto* q = static_cast<const std::int8_t*>(w.data) + r * n;
       for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(q[c]) * s;
       return;
     }
@@ -112,12 +116,11 @@ void linear_int8(const float* x, std::int64_t m, const WeightMatrix& w, const fl
   std::vector<std::uint8_t> q(static_cast<std::size_t>(m * w.cols));
   std::vector<float> sx(static_cast<std::size_t>(m));
   quantize_rows_q8(x, m, w.cols, w.cols, 0, q.data(), sx.data());
-  const auto* qw = static_cast<const std::int8_t*>(w.data);
   for (std::int64_t n = 0; n < w.rows; ++n) {
     for (std::int64_t i = 0; i < m; ++i) {
       const auto* qx = reinterpret_cast<const std::int8_t*>(q.data() + i * w.cols);
       std::int32_t acc = 0;
-      for (std::int64_t c = 0; c < w.cols; ++c) acc += static_cast<std::int32_t>(qx[c]) * qw[n * w.cols + c];
+      for (std::int64_t c = 0; c < w.cols; ++c) acc += static_cast<std::int32_t>(qx[c]) * w8_at(w, n, c);
       y[i * w.rows + n] = std::fma(static_cast<float>(acc), sx[static_cast<std::size_t>(i)] * w.scales[n],
                                    bias != nullptr ? bias[n] : 0.0f);
     }

@@ -30,8 +30,9 @@ class LinearGraph final : public Delegate {
         if (n.is_string()) names.push_back(n.get<std::string>());
     if (names.empty()) fail("graph \"", name_, "\": \"tensor\" must be a tensor name or a list of names");
     for (const auto& n : names) {
-      if (const TensorView* t = ckpt_->find(n); t != nullptr) {
-        if (t->shape.size() != 2) fail("graph \"", name_, "\": tensor ", n, " is not a matrix");
+      const TensorView* t = ckpt_->find(n);
+      if (t != nullptr || ckpt_->find(n + ".panels") != nullptr) {  // row-major, or the panel form
+        if (t != nullptr && t->shape.size() != 2) fail("graph \"", name_, "\": tensor ", n, " is not a matrix");
         w_ = matrix_weight(*ckpt_, n);  // any stored format (f32, bf16, f16, w8, w4)
         const KernelPlan plan = kernel_plan(blob);
         k_ = plan.kernels;

@@ -120,4 +120,25 @@ void unpack_w8_panels(const StoredPanels& s, std::int64_t rows, std::int64_t col
   }
 }
 
+StoredPanels stored_panels_of(const WeightMatrix& w) {
+  if (!w.panel_form) fail("stored_panels_of: the matrix is not in the panel form");
+  return StoredPanels{w.data, stored_panels_bytes(w.rows, w.cols), w.panel_row_sums, stored_row_sums_bytes(w.rows),
+                      w.scales, stored_scales_bytes(w.rows)};
+}
+
+void unpack_panel_form(WeightMatrix& w) {
+  if (!w.panel_form) return;
+  struct Rows {
+    std::vector<std::int8_t> q;
+    std::vector<float> scales;
+  };
+  auto rows = std::make_shared<Rows>();
+  unpack_w8_panels(stored_panels_of(w), w.rows, w.cols, "a stored panel matrix", rows->q, rows->scales);
+  w.data = rows->q.data();
+  w.scales = rows->scales.data();
+  w.panel_form = false;
+  w.panel_row_sums = nullptr;
+  w.owned = std::move(rows);
+}
+
 }  // namespace qhx::cpu

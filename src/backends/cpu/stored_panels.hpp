@@ -1,12 +1,12 @@
 // w8 matrices stored already in the int8 kernels' panel layout (int8_matmul.hpp's,
-// P = 16), so that opening a bundle maps them instead of repacking them (issue 17).
-// This is the building block of the planned bundle format version 2; the exporter
-// and the loader do not use it yet (qhx_export still writes version 1).
+// P = 16), so that opening a bundle maps them instead of repacking them: bundle
+// format version 2 (docs/bundle.md, "Panel form").
 //
-// A stored w8 panel matrix NAME of logical shape [rows, cols] is three tensors:
+// A stored w8 panel matrix NAME of logical shape [rows, cols] is four tensors:
 //   NAME.panels    I8  [panels, k4, 16, 4]  the packed bytes, 0 past the edges
 //   NAME.row_sums  I32 [panels · 16]         Σ_k qw[r, k], 0 past the last row
 //   NAME.scale     F32 [panels · 16]         sw_r, 0 past the last row
+//   NAME.shape     I64 [2]                   {rows, cols}: the padding hides them
 // with panels = ceil(rows / 16), k4 = ceil(cols / 4), each 64-byte aligned.
 //
 // Why P = 16 only: the portable and AVX-512 VNNI kernels share it, so x86 and
@@ -20,11 +20,13 @@
 #include <vector>
 
 #include "backends/cpu/int8_matmul.hpp"
+#include "backends/cpu/weights.hpp"
 
 namespace qhx::cpu {
 
 // The panel height of the stored form.
 inline constexpr int kStoredPanel = 16;
+static_assert(kStoredPanel == kWeightPanel, "weights.hpp's w8_at reads the stored form");
 
 // The stored arrays of one panel matrix, as found in its file.
 struct StoredPanels {
@@ -61,5 +63,14 @@ void pack_stored_panels(const std::int8_t* q, const float* scales, std::int64_t 
 // sums agree, so a corrupt tensor is an error naming `where`, not wrong numbers.
 void unpack_w8_panels(const StoredPanels& s, std::int64_t rows, std::int64_t cols, const std::string& where,
                       std::vector<std::int8_t>& q, std::vector<float>& scales);
+
+// The stored arrays of a panel-form WeightMatrix (weights.hpp).
+StoredPanels stored_panels_of(const WeightMatrix& w);
+
+// Turns a panel-form w into the row-major w8 matrix it stores, in memory w then
+// owns (`owned`): for the kernels that read rows (the reference set, f32
+// activations, a kernel with another panel height). Checks the padding and the
+// row sums as unpack_w8_panels does. Does nothing to a row-major w.
+void unpack_panel_form(WeightMatrix& w);
 
 }  // namespace qhx::cpu

@@ -18,6 +18,13 @@
 // `cols` is always the logical number of input features (a w4 row holds
 // cols / 2 bytes, and w4 needs cols % 32 == 0).
 //
+// A w8 matrix may instead be stored in the int8 kernels' panel layout (`panel_form`,
+// bundle format 2, stored_panels.hpp): `data` is then [panels, k4, 16, 4], `scales`
+// [panels · 16] and `panel_row_sums` [panels · 16], all mapped from the file, so a
+// kernel with 16-row panels uses them in place. Every row reader (weight_row_to_f32,
+// w8_at) reads that layout too; prepare() turns it into rows for a kernel that
+// needs them, kept alive by `owned`.
+//
 // A w8 or w4 matrix may also ask for the int8 path (`int8_activations`): linear then
 // quantizes each activation row to int8 and multiplies integers, by the
 // contract in int8_matmul.hpp, instead of widening the weights to f32. A
@@ -46,6 +53,9 @@ struct WeightMatrix {
   const float* scales = nullptr;  // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
   bool int8_activations = false;  // w8 and w4 only: the int8 path (see above)
   std::shared_ptr<const PackedI8> packed = nullptr;  // the kernel set's repacked copy, or null
+  bool panel_form = false;                         // w8 only: data in the stored panel layout (above)
+  const std::int32_t* panel_row_sums = nullptr;    // panel_form: [panels · 16] Σ_c q[r, c]
+  std::shared_ptr<const void> owned = nullptr;     // memory `data` / `scales` point into, when not the file's
 
   static WeightMatrix w8(const std::int8_t* q, const float* row_scales, std::int64_t rows, std::int64_t cols) {
     return {.data = q, .dtype = DType::I8, .rows = rows, .cols = cols, .scales = row_scales};
@@ -58,6 +68,17 @@ struct WeightMatrix {
 
 // "f32", "bf16", "f16", "w8", "w4" (or "invalid"), for messages.
 const char* weight_format_name(const WeightMatrix& w);
+
+// Rows per panel of the stored panel form (stored_panels.hpp's kStoredPanel).
+inline constexpr std::int64_t kWeightPanel = 16;
+
+// q[r, c] of a w8 matrix, row-major or in the panel form.
+inline std::int8_t w8_at(const WeightMatrix& w, std::int64_t r, std::int64_t c) {
+  const auto* q = static_cast<const std::int8_t*>(w.data);
+  if (!w.panel_form) return q[r * w.cols + c];
+  const std::int64_t k4 = (w.cols + 3) / 4;
+  return q[((r / kWeightPanel) * k4 + c / 4) * kWeightPanel * 4 + (r % kWeightPanel) * 4 + c % 4];
+}
 
 // The signed value of nibble `high` (0 = low, 1 = high) of a w4 byte.
 inline int w4_nibble(std::uint8_t byte, int high) {
