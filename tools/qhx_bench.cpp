@@ -107,6 +107,10 @@ fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const
   };
   for (const char* key : {"config", "tokenizer"})
     if (m.contains(key)) abs(m[key]);
+  // chat_template names a built-in ("qwen3vl", "none") or a file beside the manifest.
+  if (m.contains("chat_template") && m["chat_template"].is_string() && m["chat_template"] != "qwen3vl" &&
+      m["chat_template"] != "none")
+    abs(m["chat_template"]);
   for (auto& [name, g] : m["graphs"].items())
     for (const char* key : {"config", "weights"})
       if (g.contains(key)) abs(g[key]);

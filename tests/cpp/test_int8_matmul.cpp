@@ -128,6 +128,32 @@ TEST(Int8Matmul, ReferenceFollowsTheContract) {
   }
 }
 
+// Products at the largest magnitudes: every |q| = 127 with weights ±127 whose signs
+// match (or oppose) the activations', so each pair of products is ±2 · 127² = ±32258,
+// next to int16's limit (AVX2's vpmaddubsw saturates there), and each sum is
+// ±16129 · k. Every kernel must still give the exact int32 sums.
+TEST(Int8Matmul, ExtremeProductsDoNotSaturate) {
+  const Case c{4, 20, 96};
+  std::vector<float> x(static_cast<std::size_t>(c.m * c.k)), b(static_cast<std::size_t>(c.n), 0.5f);
+  for (int i = 0; i < c.m; ++i)
+    for (int t = 0; t < c.k; ++t)
+      x[static_cast<std::size_t>(i * c.k + t)] = (i == 0 ? 1.0f : i == 1 ? -1.0f : (t % 2 == 0 ? 2.0f : -2.0f));
+  std::vector<std::int8_t> qw(static_cast<std::size_t>(c.n * c.k));
+  for (int r = 0; r < c.n; ++r)
+    for (int t = 0; t < c.k; ++t)
+      qw[static_cast<std::size_t>(r * c.k + t)] = static_cast<std::int8_t>(r % 2 == 0 ? 127 : (t % 2 == 0 ? 127 : -127));
+  std::vector<float> sw(static_cast<std::size_t>(c.n), 1e-3f);
+  WeightMatrix w = WeightMatrix::w8(qw.data(), sw.data(), c.n, c.k);
+  w.int8_activations = true;
+  std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
+  ref::linear(x.data(), c.m, w, nullptr, y.data());
+  // The contract's own figures: sums of +16129 · 96 scaled back, and alternating terms that cancel exactly.
+  EXPECT_NEAR(y[0], 127.0f * 96.0f * 1e-3f, 1e-4f);              // x row 0 (all +1) · weight row 0 (all 127)
+  EXPECT_EQ(y[1], 0.0f);                                         // · weight row 1 (±127 alternating)
+  EXPECT_NEAR(y[2 * c.n + 1], 2.0f * 96.0f * 1e-3f * 127.0f, 1e-4f);  // x row 2 (±2 alternating) · weight row 1
+  expect_packed_kernels_match(w, x, b, c, "extremes");
+}
+
 TEST(Int8Matmul, EveryPackedKernelEqualsTheReference) {
   std::mt19937 rng(11);
   ASSERT_GE(int8_kernels_available().size(), 1u);

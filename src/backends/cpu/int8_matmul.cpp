@@ -123,6 +123,7 @@ const Int8Kernel& int8_kernel_portable() { return kPortable; }
 std::vector<const Int8Kernel*> int8_kernels_available() {
   std::vector<const Int8Kernel*> out{&kPortable};
   if (const Int8Kernel* k = int8_kernel_avx512vnni()) out.push_back(k);
+  if (const Int8Kernel* k = int8_kernel_avx2()) out.push_back(k);
   if (const Int8Kernel* k = int8_kernel_neon_dotprod()) out.push_back(k);
   return out;
 }
@@ -132,6 +133,7 @@ const Int8Kernel& int8_kernel_best() {
     const char* env = std::getenv("QHX_INT8_KERNEL");
     if (env != nullptr && std::string_view(env) == "portable") return kPortable;
     if (const Int8Kernel* k = int8_kernel_avx512vnni()) return *k;
+    if (const Int8Kernel* k = int8_kernel_avx2()) return *k;
     if (const Int8Kernel* k = int8_kernel_neon_dotprod()) return *k;
     return kPortable;
   }();

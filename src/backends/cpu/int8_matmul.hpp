@@ -146,6 +146,7 @@ void for_each_tile(std::int64_t m, std::int64_t p0, std::int64_t p1, std::int64_
 
 // Per-ISA kernels (their own files); nullptr where this build or CPU lacks them.
 const Int8Kernel* int8_kernel_avx512vnni();
+const Int8Kernel* int8_kernel_avx2();
 const Int8Kernel* int8_kernel_neon_dotprod();
 
 }  // namespace qhx::cpu
