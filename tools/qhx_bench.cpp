@@ -161,6 +161,7 @@ bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::strin
   if (g.value("activations", absent) != "int8") return false;
   const qhx::Checkpoint ck = qhx::Checkpoint::open(dir / g.at("weights").get<std::string>());
   const qhx::TensorView* t = ck.find(probe);
+  if (t == nullptr) t = ck.find(probe + ".panels");  // a w8 matrix in the panel form (bundle format 2)
   return t != nullptr && (t->dtype == qhx::DType::I8 || t->dtype == qhx::DType::U8);
 }
 
