@@ -130,7 +130,7 @@ def test_row_layout_equals_the_panel_form(bundles, kind, case, tmp_path):
     """docs/bundle.md "Panel form": `--layout rows` (format 1, repacked at open) and the default
     panel form (format 2, mapped in place) are the same numbers: logits and vision features bit
     for bit; the default's w8 files say version 2, the rows bundle's say 1."""
-    rows = tmp_path / "rows"
+    rows = tmp_path / "rows_bundle"
     ckpt = build_all.reference_dir("tiny_a") / "checkpoint"
     proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(ckpt), "--out", str(rows), "--weights", "w8",
                            "--layout", "rows", "--quiet"], capture_output=True, timeout=600)
@@ -146,7 +146,7 @@ def test_row_layout_equals_the_panel_form(bundles, kind, case, tmp_path):
     meta, ref = load_case("tiny_a", kind, case)
     got = {}
     for label, bundle in (("panels", panels), ("rows", rows)):
-        d = tmp_path / label
+        d = tmp_path / f"run_{label}"
         d.mkdir()
         figures(kind, case, meta, ref, bundle, d)
         got[label] = {"prompt": np.load(d / "prompt.npy"), "step": np.load(d / "step.npy"),
