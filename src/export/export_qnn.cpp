@@ -126,7 +126,6 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   return abandon_on_error(o, [&] {
     ExportOptions cpu = o;
     cpu.target = "cpu";
-    cpu.layout = "rows";  // the QNN generator (tools/qnn) reads the w8 matrices row-major
     check_cpu_export(cpu);
     const HfDirPlan hf = hf_dir_plan(o.hf_dir);
     StagedBundle stage(o.out_dir, o.hf_dir);

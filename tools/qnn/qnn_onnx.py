@@ -34,19 +34,47 @@ SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "
 
 # --- bundle reading -------------------------------------------------------------------------
 
-_DT = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8}
+_DT = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8, "I32": np.int32, "I64": np.int64}
+
+
+PANEL_PARTS = (".panels", ".row_sums", ".scale", ".shape")
+
+
+def unpack_panels(panels: np.ndarray, scale: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A w8 matrix in the panel form (docs/bundle.md, "Panel form": q[r, c] at
+    [r // 16, c // 4, r % 16, c % 4]) as row-major (q int8 [rows, cols], scale f32 [rows])."""
+    rows, cols = (int(v) for v in shape)
+    n, k4 = panels.shape[0], panels.shape[1]
+    q = panels.transpose(0, 2, 1, 3).reshape(n * 16, k4 * 4)[:rows, :cols]
+    return np.ascontiguousarray(q), scale[:rows].copy()
 
 
 def read_bundle_file(path: Path, keep=None) -> dict[str, np.ndarray]:
     """All tensors of a bundle .bin (a safetensors file), padding entries left out; with
-    keep(name) -> bool only those it keeps (a part of a large bundle)."""
+    keep(name) -> bool only those it keeps (a part of a large bundle). A w8 matrix in the
+    panel form (bundle format 2) comes back as its row-major NAME and NAME.scale, as a
+    format-1 file holds it."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         base = 8 + n
+        panel_names = {k[: -len(".panels")] for k in header if k.endswith(".panels")}
+
+        def matrix_of(name: str):
+            for suffix in PANEL_PARTS:
+                if name.endswith(suffix) and name[: -len(suffix)] in panel_names:
+                    return name[: -len(suffix)]
+            return None
+
+        def wanted(name: str) -> bool:
+            m = matrix_of(name)
+            if m is not None:  # every part of a panel matrix, if the matrix or its scale is kept
+                return keep is None or keep(m) or keep(m + ".scale")
+            return keep is None or keep(name)
+
         out = {}
         for name, meta in header.items():
-            if name == "__metadata__" or name.startswith("__pad.") or (keep and not keep(name)):
+            if name == "__metadata__" or name.startswith("__pad.") or not wanted(name):
                 continue
             a, b = meta["data_offsets"]
             f.seek(base + a)
@@ -57,7 +85,12 @@ def read_bundle_file(path: Path, keep=None) -> dict[str, np.ndarray]:
             else:
                 arr = np.frombuffer(raw, _DT[dt])
             out[name] = arr.reshape(meta["shape"])
-    return out
+    for m in panel_names:
+        if m + ".panels" in out:
+            out[m], out[m + ".scale"] = unpack_panels(out[m + ".panels"], out[m + ".scale"], out[m + ".shape"])
+            for suffix in (".panels", ".row_sums", ".shape"):
+                del out[m + suffix]
+    return {k: v for k, v in out.items() if keep is None or keep(k)}
 
 
 class Weights:
