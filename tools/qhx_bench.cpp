@@ -11,6 +11,10 @@
 //   decode ms/token  after a prompt of 512 and of 1,024 tokens, over forced decode steps,
 //                    through a copy of the text manifest with a larger context
 //   load_ms          Pipeline::open of the VLM manifest; peak_rss_mb (getrusage)
+//   verify_steps_512 per K in {2, 4, 8}: ms of one speculation step that verifies K drafts
+//                    (forced tokens as the drafts, all accepted) against a plain decode step,
+//                    and the expected speed-up (1 - a^(K+1)) / (1 - a) · plain / step at
+//                    acceptance rates a = 0.5, 0.7, 0.9 (random weights show no real acceptance)
 // Fractions (n/a without the roofline file; a limit is the better of its 1-thread and
 // all-threads figures):
 //   decode_bw_fraction    = bytes of LLM + lm-head weights per token x tok/s / read bandwidth
@@ -27,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -154,6 +159,17 @@ std::optional<Roofline> load_roofline(const std::string& path) {
 
 // Whether a CPU graph of `manifest` multiplies int8 by int8: its weights file
 // stores `probe` as I8 (w8) or U8 (w4) and the entry keeps the default "activations": "int8".
+// Draft lengths K whose verification step (K drafts checked in one pass) is timed.
+constexpr std::int64_t kVerifyDrafts[] = {2, 4, 8};
+
+// Expected speed-up of greedy speculation with K drafts over plain decode when each
+// draft is accepted with probability a (independently): a step then emits
+// (1 - a^(K+1)) / (1 - a) tokens at cost step_ms, against one token per plain_ms.
+double speculation_speedup(double a, std::int64_t K, double step_ms, double plain_ms) {
+  const double tokens = a >= 1.0 ? static_cast<double>(K + 1) : (1.0 - std::pow(a, static_cast<double>(K + 1))) / (1.0 - a);
+  return tokens * plain_ms / step_ms;
+}
+
 bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::string& graph, const std::string& probe) {
   const json& g = manifest.at("graphs").at(graph);
   // Absent, the key means "int8" from manifest version 2 on, "f32" before (docs/manifest.md).
@@ -241,6 +257,7 @@ int main(int argc, char** argv) {
     const double params_vis_merge = n_mergers * (md * md + md * out_h);  // applied per merged token
 
     std::vector<double> vision_ms, ttft_ms, prefill_ms, d512, d1024;
+    std::vector<double> verify_ms;  // ms per verification step, one per kVerifyDrafts
     double load_ms = 0;
     std::int64_t image_tokens = 0;
     const qhx::SamplingParams g = greedy();
@@ -327,6 +344,30 @@ int main(int argc, char** argv) {
               " ms/token");
         }
       }
+      // Verification steps at 512 context: with the forced tokens as the drafts every draft is
+      // accepted, so each step verifies K drafts in one (K + 1)-row pass (speculation's cost).
+      const std::string prompt = prompt_of(p->tokenizer(), 512);
+      for (const std::int64_t K : kVerifyDrafts) {
+        std::vector<double> step_ms;
+        for (int r = 0; r < runs; ++r) {
+          qhx::GenerationRequest req;
+          req.prompt = prompt;
+          req.raw = true;
+          req.max_new_tokens = decode_steps * (K + 1) + 1;
+          req.forced_tokens.assign(static_cast<std::size_t>(*req.max_new_tokens), forced);
+          req.sampling = g;
+          req.speculate = K;
+          const auto res = p->generate(req);
+          if (res.accepted_tokens != res.draft_tokens || res.draft_tokens == 0)
+            qhx::fail("verification steps with K = ", K, ": ", res.accepted_tokens, " of ", res.draft_tokens,
+                      " forced drafts accepted");
+          step_ms.push_back(res.timings.decode_ms_per_token);  // per graph run, i.e. per verification step
+          log("run " + std::to_string(r + 1) + ": verify K = " + std::to_string(K) + ", " +
+              std::to_string(res.timings.decode_ms_per_token) + " ms/step over " +
+              std::to_string(res.timings.decode_steps) + " steps");
+        }
+        verify_ms.push_back(median(step_ms));
+      }
     }
 
     const double vis = median(vision_ms), ttft = median(ttft_ms), pre = median(prefill_ms);
@@ -376,6 +417,15 @@ int main(int argc, char** argv) {
         {"peak_rss_mb", peak_rss_mb()},
         {"wall_s", wall_s},
     };
+    json verify = json::array();
+    for (std::size_t i = 0; i < verify_ms.size(); ++i) {
+      const std::int64_t K = kVerifyDrafts[i];
+      json speedup = json::object();
+      for (const double a : {0.5, 0.7, 0.9}) speedup[std::to_string(a).substr(0, 3)] = speculation_speedup(a, K, verify_ms[i], dec512);
+      verify.push_back({{"drafts", K}, {"step_ms", verify_ms[i]}, {"cost_vs_plain_step", verify_ms[i] / dec512},
+                        {"speedup_at_acceptance", speedup}});
+    }
+    j["verify_steps_512"] = verify;
     if (roof) {
       j["roofline"] = {{"threads", roof->threads},
                        {"read_gbs", roof->read_gbs},
@@ -402,6 +452,13 @@ int main(int argc, char** argv) {
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s\n", "decode at 512 context", dec512,
                 decode_tok_s, frac(frac_decode).c_str());
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)\n", "decode at 1024 context", dec1024, 1000.0 / dec1024);
+    for (const auto& v : verify) {
+      const std::string what = "verify " + std::to_string(v["drafts"].get<std::int64_t>()) + " drafts, 512 context";
+      std::printf("  %-34s %10.2f ms/step (%.2fx a plain step)   speed-up at acceptance 0.5 / 0.7 / 0.9: %.2f / %.2f / %.2f\n",
+                  what.c_str(), v["step_ms"].get<double>(), v["cost_vs_plain_step"].get<double>(),
+                  v["speedup_at_acceptance"]["0.5"].get<double>(), v["speedup_at_acceptance"]["0.7"].get<double>(),
+                  v["speedup_at_acceptance"]["0.9"].get<double>());
+    }
     std::printf("  %-34s %10.1f ms\n", "TTFT \"Describe this image.\" 512x512", ttft);
     std::printf("  %-34s %10.1f ms\n", "load (VLM manifest)", load_ms);
     std::printf("  %-34s %10.1f MB\n", "peak RSS", j["peak_rss_mb"].get<double>());
