@@ -80,11 +80,13 @@ for case in text image; do
 done
 t_e2e=$((SECONDS - t0))
 # The last line of each is the --json object: the greedy tokens must be the same. The step
-# logits (--dump-logits) must agree closely, not bit for bit: the f32 kernels sum in another
-# order (16-lane AVX-512 against 4-lane NEON), and where that moves an activation across an
-# int8 rounding boundary the int8 path carries it on (the image path's int8 attention: ~7e-3
-# of the largest logit, worst row cosine 0.99996; text: ~2e-7). A broken kernel gives a cosine
-# far from 1.
+# logits (--dump-logits) must agree closely, not bit for bit: the fast f32 kernels sum in their
+# own order (16-lane AVX-512, 8-lane AVX2, 4-lane NEON), and where that moves an activation
+# across an int8 rounding boundary the int8 path carries it on. How far that goes depends on the
+# x86 machine, so the measure is the exact reference run both builds share bit for bit: the
+# aarch64 build may be no further from it than twice the x86-64 build's own distance, plus 1e-5
+# (1 - worst row cosine). Measured: text ~1e-13 on both; image 1.7e-4 on AVX2 and 1.8e-4 on
+# NEON (AVX-512: 0.4e-4). A broken kernel is orders of magnitude further.
 "$QHX_PY" - "$work" <<'EOF'
 import json, sys
 import numpy as np
@@ -99,14 +101,20 @@ for case in ("text", "image"):
     la, lx = np.load(f"{work}/a64_{case}.npy"), np.load(f"{work}/x86_{case}.npy")
     if la.shape != lx.shape:
         sys.exit(f"aarch64: {case}: step logits {la.shape} against the x86-64 build's {lx.shape}")
+    lr = np.load(f"{work}/x86_ref_{case}.npy")  # equal to a64_ref, checked above
     diff = float(np.abs(la - lx).max()) / float(np.abs(lx).max())
-    cos = float(min((r @ q) / (np.linalg.norm(r) * np.linalg.norm(q)) for r, q in zip(la.astype(np.float64), lx.astype(np.float64))))
+    def worst_cos(p, q):
+        return float(min((r @ s) / (np.linalg.norm(r) * np.linalg.norm(s)) for r, s in zip(p.astype(np.float64), q.astype(np.float64))))
+    cos = worst_cos(la, lx)
+    d_a, d_x = 1 - worst_cos(la, lr), 1 - worst_cos(lx, lr)
     print(f"  {case:5s} prompt {len(a['prompt_tokens']):3d} tokens, greedy {a['tokens']} "
-          f"{'==' if same else '!='} x86-64 {x['tokens']}; step logits {la.shape}: max |diff| / max |logit| {diff:.1e}, worst row cosine {cos:.8f}")
+          f"{'==' if same else '!='} x86-64 {x['tokens']}; step logits {la.shape}: max |diff| / max |logit| {diff:.1e}, worst row cosine {cos:.8f}; "
+          f"1 - cosine with the reference kernels: aarch64 {d_a:.1e}, x86-64 {d_x:.1e}")
     if len(a["tokens"]) == 0 or not same:
         bad.append(f"{case}: the greedy tokens differ from the x86-64 build's on the same bundle")
-    if not cos > 1 - 1e-4:
-        bad.append(f"{case}: the step logits' cosine with the x86-64 build's is {cos:.8f}, not above 1 - 1e-4")
+    if not d_a <= 2 * d_x + 1e-5:
+        bad.append(f"{case}: the step logits are {d_a:.2e} (1 - cosine) from the reference kernels', more than twice "
+                   f"the x86-64 build's {d_x:.2e} plus 1e-5")
 if bad:
     sys.exit("aarch64: " + "; ".join(bad))
 EOF
