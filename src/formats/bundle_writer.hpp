@@ -8,6 +8,9 @@
 // by "__pad.<n>" U8 [k] entries of zero bytes (standard safetensors readers reject
 // unlisted gaps), and the header is padded with spaces so the data starts 64-aligned.
 //
+// Tensors whose bytes are given to add() (small ones: vectors, shapes) are laid out
+// before those with producers, so a loader's reads at open are contiguous.
+//
 // The file is written as "<path>.partial" and renamed to <path> once complete and
 // synced to disk: a failed or interrupted conversion leaves no file that looks finished.
 // Its XXH3-128 is computed as the bytes go out (digest(), for checksums.json).
@@ -84,6 +87,7 @@ class BundleWriter {
     std::vector<std::int64_t> shape;
     std::uint64_t nbytes;
     Producer produce;
+    bool given;  // the bytes were given to add(): laid out first (finish())
   };
   std::filesystem::path path_;
   std::map<std::string, std::string> metadata_;
