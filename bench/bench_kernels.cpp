@@ -16,12 +16,14 @@
 #include <new>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/kernel_set.hpp"
+#include "backends/cpu/kv_cache_i8.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "common/half.hpp"
 
@@ -211,52 +213,66 @@ int main(int argc, char** argv) {
       out.push_back({{"shape", a.name}, {"path", path}, {"ms", best}, {"gflop_s", gflops}});
     }
   }
-  // Decode attention over a whole model's KV cache (28 layers at 1,024 tokens of
-  // context, 235 MB in f32, 117 MB in f16: streamed from DRAM as in a real
-  // decode step), for both cache types.
+  // Decode attention over a whole model's KV cache (28 layers at 1,024 and 4,096
+  // tokens of context; at 4,096: 940 MB in f32, 470 MB in f16, 242 MB in i8:
+  // streamed from DRAM as in a real decode step), for each cache type.
   {
-    constexpr std::int64_t kLayers = 28, kCtx = 1024, kHq = 16, kHkv = 8, kD = 128;
+    constexpr std::int64_t kLayers = 28, kHq = 16, kHkv = 8, kD = 128;
     const std::string name = "decode attention, 28 layers";
-    for (const bool f16 : {false, true}) {
-      if (!wanted(name)) break;
-      std::vector<std::vector<float, HugeAlloc<float>>> ks(kLayers), vs(kLayers);
-      std::vector<std::vector<std::uint16_t, HugeAlloc<std::uint16_t>>> kh(kLayers), vh(kLayers);
-      for (std::int64_t l = 0; l < kLayers; ++l) {
-        const auto n = static_cast<std::size_t>(kCtx * kHkv * kD);
-        if (f16) {
-          kh[l].resize(n);
-          vh[l].resize(n);
-          for (auto& e : kh[l]) e = qhx::f32_to_f16(nd(rng));
-          for (auto& e : vh[l]) e = qhx::f32_to_f16(nd(rng));
-        } else {
-          ks[l].resize(n);
-          vs[l].resize(n);
-          for (auto& e : ks[l]) e = nd(rng);
-          for (auto& e : vs[l]) e = nd(rng);
+    enum class Kv { F32, F16, I8 };
+    for (const std::int64_t ctx : {std::int64_t{1024}, std::int64_t{4096}})
+      for (const Kv kv : {Kv::F32, Kv::F16, Kv::I8}) {
+        if (!wanted(name)) break;
+        // Per layer: keys then values, [ctx, hkv, d] (f32, f16) or [hkv, ctx, d + 4] bytes (i8).
+        const std::int64_t row = kv == Kv::I8 ? qhx::cpu::kv_i8_row_bytes(kD) : kD * (kv == Kv::F16 ? 2 : 4);
+        const auto half = static_cast<std::size_t>(ctx * kHkv * row);
+        std::vector<std::vector<std::uint8_t, HugeAlloc<std::uint8_t>>> cache(kLayers);
+        std::vector<float> x(static_cast<std::size_t>(ctx * kHkv * kD));
+        for (std::int64_t l = 0; l < kLayers; ++l) {
+          cache[l].resize(2 * half);
+          for (int part = 0; part < 2; ++part) {
+            for (auto& e : x) e = nd(rng);
+            std::uint8_t* dst = cache[l].data() + part * half;
+            if (kv == Kv::I8)
+              qhx::cpu::kv_i8_write(x.data(), ctx, kHkv, kD, ctx, 0, reinterpret_cast<std::int8_t*>(dst));
+            else if (kv == Kv::F16)
+              for (std::size_t i = 0; i < x.size(); ++i) reinterpret_cast<std::uint16_t*>(dst)[i] = qhx::f32_to_f16(x[i]);
+            else
+              std::memcpy(dst, x.data(), x.size() * sizeof(float));
+          }
         }
+        std::vector<float> q(kHq * kD), o(kHq * kD);
+        for (auto& e : q) e = nd(rng);
+        std::vector<double> times;
+        for (int i = 0; i < reps + 1; ++i) {
+          const auto t0 = Clock::now();
+          for (std::int64_t l = 0; l < kLayers; ++l) {
+            const std::uint8_t* k = cache[l].data();
+            const std::uint8_t* v = k + half;
+            if (kv == Kv::I8)
+              active_kernels().attention_i8kv(q.data(), reinterpret_cast<const std::int8_t*>(k),
+                                              reinterpret_cast<const std::int8_t*>(v), 1, ctx, ctx, kHq, kHkv, kD,
+                                              ctx - 1, 0.088f, o.data());
+            else if (kv == Kv::F16)
+              active_kernels().attention_f16kv(q.data(), reinterpret_cast<const std::uint16_t*>(k),
+                                               reinterpret_cast<const std::uint16_t*>(v), 1, ctx, kHq, kHkv, kD,
+                                               ctx - 1, 0.088f, true, o.data());
+            else
+              active_kernels().attention(q.data(), reinterpret_cast<const float*>(k),
+                                         reinterpret_cast<const float*>(v), 1, ctx, kHq, kHkv, kD, ctx - 1, 0.088f,
+                                         true, o.data());
+          }
+          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          if (i > 0) times.push_back(ms);
+        }
+        std::sort(times.begin(), times.end());
+        const double med = times[times.size() / 2];
+        const double gbs = 2.0 * kLayers * static_cast<double>(half) / (med * 1e6);
+        const std::string path = std::string(kv == Kv::I8 ? "i8" : kv == Kv::F16 ? "f16" : "f32") + " cache, ctx " +
+                                 std::to_string(ctx);
+        if (!json) std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s K and V (median)\n", name.c_str(), path.c_str(), med, gbs);
+        out.push_back({{"shape", name}, {"path", path}, {"ms", med}, {"kv_gb_s", gbs}});
       }
-      std::vector<float> q(kHq * kD), o(kHq * kD);
-      for (auto& e : q) e = nd(rng);
-      std::vector<double> times;
-      for (int i = 0; i < reps + 1; ++i) {
-        const auto t0 = Clock::now();
-        for (std::int64_t l = 0; l < kLayers; ++l)
-          if (f16)
-            active_kernels().attention_f16kv(q.data(), kh[l].data(), vh[l].data(), 1, kCtx, kHq, kHkv, kD, kCtx - 1,
-                                             0.088f, true, o.data());
-          else
-            active_kernels().attention(q.data(), ks[l].data(), vs[l].data(), 1, kCtx, kHq, kHkv, kD, kCtx - 1,
-                                       0.088f, true, o.data());
-        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (i > 0) times.push_back(ms);
-      }
-      std::sort(times.begin(), times.end());
-      const double med = times[times.size() / 2];
-      const double gbs = 2.0 * kLayers * kCtx * kHkv * kD * (f16 ? 2 : 4) / (med * 1e6);
-      const char* path = f16 ? "f16 cache" : "f32 cache";
-      if (!json) std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s K and V (median)\n", name.c_str(), path, med, gbs);
-      out.push_back({{"shape", name}, {"path", path}, {"ms", med}, {"kv_gb_s", gbs}});
-    }
   }
   if (json) std::printf("%s\n", nlohmann::json{{"threads", num_threads()}, {"results", out}}.dump().c_str());
   return 0;

@@ -11,6 +11,10 @@
 //   decode ms/token  after a prompt of 512 and of 1,024 tokens, over forced decode steps,
 //                    through a copy of the text manifest with a larger context
 //   load_ms          Pipeline::open of the VLM manifest; peak_rss_mb (getrusage)
+//   long_context     with --long-context N, for the f16 and the 8-bit KV cache: prefill of an
+//                    N-token prompt, decode at N and at 512 tokens of context, and decode's
+//                    fraction of read bandwidth at N counting the weights and the cache rows
+//                    a step reads (layers x 2 x kv_heads x N rows)
 //   verify_steps_512 per K in {2, 4, 8}: ms of one speculation step that verifies K drafts
 //                    (forced tokens as the drafts, all accepted) against a plain decode step,
 //                    and the expected speed-up (1 - a^(K+1)) / (1 - a) · plain / step at
@@ -103,8 +107,10 @@ std::string prompt_of(const qhx::Tokenizer& tok, std::int64_t n) {
   return text;
 }
 
-// A copy of a manifest with a larger context and absolute file names, in `dir`.
-fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const fs::path& dir) {
+// A copy of a manifest with a larger context and absolute file names, in `dir`;
+// with `kv_cache` set, the decoder graph "llm" keeps its KV cache so.
+fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const fs::path& dir,
+                           const std::string& kv_cache = "") {
   json m = read_json(manifest);
   const fs::path base = fs::absolute(manifest).parent_path();
   auto abs = [&](json& v) {
@@ -124,8 +130,12 @@ fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const
       if (t.contains("file")) abs(t["file"]);
   m["context_length"] = context;
   m["name"] = m.value("name", std::string("manifest")) + "-ctx" + std::to_string(context);
+  if (!kv_cache.empty()) {
+    m["graphs"]["llm"]["kv_cache"] = kv_cache;
+    if (kv_cache == "i8") m["qhexrt_manifest"] = std::max<std::int64_t>(m.value("qhexrt_manifest", 1), 5);
+  }
   fs::create_directories(dir);
-  const fs::path out = dir / ("ctx" + std::to_string(context) + "-" + manifest.filename().string());
+  const fs::path out = dir / ("ctx" + std::to_string(context) + kv_cache + "-" + manifest.filename().string());
   std::ofstream(out) << m.dump(2) << "\n";
   return out;
 }
@@ -157,8 +167,6 @@ std::optional<Roofline> load_roofline(const std::string& path) {
   return r;
 }
 
-// Whether a CPU graph of `manifest` multiplies int8 by int8: its weights file
-// stores `probe` as I8 (w8) or U8 (w4) and the entry keeps the default "activations": "int8".
 // Draft lengths K whose verification step (K drafts checked in one pass) is timed.
 constexpr std::int64_t kVerifyDrafts[] = {2, 4, 8};
 
@@ -170,6 +178,8 @@ double speculation_speedup(double a, std::int64_t K, double step_ms, double plai
   return tokens * plain_ms / step_ms;
 }
 
+// Whether a CPU graph of `manifest` multiplies int8 by int8: its weights file
+// stores `probe` as I8 (w8) or U8 (w4) and the entry keeps the default "activations": "int8".
 bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::string& graph, const std::string& probe) {
   const json& g = manifest.at("graphs").at(graph);
   // Absent, the key means "int8" from manifest version 2 on, "f32" before (docs/manifest.md).
@@ -187,7 +197,7 @@ int main(int argc, char** argv) {
   CLI::App app{"qhx_bench: QHexRT speed through its own API, and as fractions of the machine's limits"};
   std::string bundle = default_bundle(), roofline_path, image = "assets/sample.png";
   int runs = 0, threads = 0;
-  std::int64_t decode_steps = 0;
+  std::int64_t decode_steps = 0, long_context = 0;
   bool quick = false, as_json = false;
   app.add_option("--bundle", bundle, "bundle directory (qhx_export output)");
   app.add_option("--roofline", roofline_path, "roofline JSON (scripts/bench.sh caches it); fractions are n/a without");
@@ -196,6 +206,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "CPU threads (0: one per core)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--long-context", long_context,
+                 "also prefill an N-token prompt and decode at N tokens of context, with the f16 and the 8-bit KV "
+                 "cache (e.g. 4096; 0, the default: skip)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
@@ -369,6 +383,59 @@ int main(int argc, char** argv) {
         verify_ms.push_back(median(step_ms));
       }
     }
+    json long_figures = json::array();
+    if (long_context > 0) {  // Long contexts, per KV cache: prefill of N tokens, decode at N and at 512.
+      const double kvh = nkv;
+      for (const std::string kv : {"f16", "i8"}) {
+        const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()) + kv);
+        const fs::path manifest = long_context_copy(text_manifest, long_context + decode_steps + 8, tmp, kv);
+        log("open " + manifest.string());
+        std::optional<qhx::Pipeline> p;
+        try {
+          p.emplace(qhx::Pipeline::open(manifest));
+        } catch (...) {
+          fs::remove_all(tmp);
+          throw;
+        }
+        fs::remove_all(tmp);
+        warm_up(*p);
+        const std::int32_t forced = p->tokenizer().encode(" word").at(0);
+        std::vector<double> pre_ms, dec_long, dec_short;
+        for (const std::int64_t ctx_len : {long_context, std::int64_t{512}}) {
+          const std::string prompt = prompt_of(p->tokenizer(), ctx_len);
+          for (int r = 0; r < runs; ++r) {
+            qhx::GenerationRequest req;
+            req.prompt = prompt;
+            req.raw = true;
+            req.max_new_tokens = decode_steps + 1;
+            req.forced_tokens.assign(static_cast<std::size_t>(decode_steps + 1), forced);
+            req.sampling = g;
+            const auto res = p->generate(req);
+            if (res.timings.decode_steps != decode_steps)
+              qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
+            if (ctx_len == long_context) pre_ms.push_back(res.timings.prefill_ms);
+            (ctx_len == long_context ? dec_long : dec_short).push_back(res.timings.decode_ms_per_token);
+            log("run " + std::to_string(r + 1) + ": kv " + kv + ", context " + std::to_string(ctx_len) + ", prefill " +
+                std::to_string(res.timings.prefill_ms) + " ms, decode " +
+                std::to_string(res.timings.decode_ms_per_token) + " ms/token");
+          }
+        }
+        // A step at context N reads every weight once and the cache's rows of every layer, key and value.
+        const double row_bytes = kv == "i8" ? hd + 4 : 2 * hd;
+        const double kv_bytes = L * 2 * kvh * static_cast<double>(long_context) * row_bytes;
+        const double dl = median(dec_long), ds = median(dec_short);
+        json f = {{"kv_cache", kv},
+                  {"context", long_context},
+                  {"prefill_ms", median(pre_ms)},
+                  {"prefill_tok_s", static_cast<double>(long_context) / (median(pre_ms) / 1000.0)},
+                  {"decode_ms_per_token", dl},
+                  {"decode_ms_per_token_512", ds},
+                  {"speed_vs_512", ds / dl},
+                  {"kv_bytes_per_token", kv_bytes},
+                  {"bw_fraction", nullptr}};
+        long_figures.push_back(f);
+      }
+    }
 
     const double vis = median(vision_ms), ttft = median(ttft_ms), pre = median(prefill_ms);
     const double dec512 = median(d512), dec1024 = median(d1024);
@@ -426,6 +493,11 @@ int main(int argc, char** argv) {
                         {"speedup_at_acceptance", speedup}});
     }
     j["verify_steps_512"] = verify;
+    for (json& f : long_figures)
+      if (roof)
+        f["bw_fraction"] = (bytes_per_token + f["kv_bytes_per_token"].get<double>()) /
+                           (f["decode_ms_per_token"].get<double>() / 1000.0) / (roof->read_gbs * 1e9);
+    if (!long_figures.empty()) j["long_context"] = long_figures;
     if (roof) {
       j["roofline"] = {{"threads", roof->threads},
                        {"read_gbs", roof->read_gbs},
@@ -458,6 +530,17 @@ int main(int argc, char** argv) {
                   what.c_str(), v["step_ms"].get<double>(), v["cost_vs_plain_step"].get<double>(),
                   v["speedup_at_acceptance"]["0.5"].get<double>(), v["speedup_at_acceptance"]["0.7"].get<double>(),
                   v["speedup_at_acceptance"]["0.9"].get<double>());
+    }
+    for (const auto& f : long_figures) {
+      const std::string kv = f["kv_cache"].get<std::string>(), n = std::to_string(f["context"].get<std::int64_t>());
+      std::printf("  %-34s %10.2f tok/s (%.1f ms)\n", ("prefill " + n + " tokens, " + kv + " KV").c_str(),
+                  f["prefill_tok_s"].get<double>(), f["prefill_ms"].get<double>());
+      std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (weights + %.1f MB of KV); "
+                  "%.3f of its speed at 512 (%.2f ms/token)\n",
+                  ("decode at " + n + " context, " + kv + " KV").c_str(), f["decode_ms_per_token"].get<double>(),
+                  1000.0 / f["decode_ms_per_token"].get<double>(), frac(f["bw_fraction"]).c_str(),
+                  f["kv_bytes_per_token"].get<double>() / 1e6, f["speed_vs_512"].get<double>(),
+                  f["decode_ms_per_token_512"].get<double>());
     }
     std::printf("  %-34s %10.1f ms\n", "TTFT \"Describe this image.\" 512x512", ttft);
     std::printf("  %-34s %10.1f ms\n", "load (VLM manifest)", load_ms);

@@ -143,12 +143,15 @@ void print_text(const qhx::DoctorReport& r) {
       }
     }
     const auto& mem = m.memory;
-    std::printf("  memory          needs %s: files %s + KV cache %s (%lld ctx x %lld layers x %lld kv heads x %lld x 2 x "
-                "%d B); available %s\n",
+    // A row of head_dim values; an 8-bit cache's rows carry their 4-byte scale too.
+    const std::string row = mem.kv_value_bytes == 1 ? "(" + std::to_string(mem.head_dim) + " + 4) x 1 B"
+                                                    : std::to_string(mem.head_dim) + " x " +
+                                                          std::to_string(mem.kv_value_bytes) + " B";
+    std::printf("  memory          needs %s: files %s + KV cache %s (%lld ctx x %lld layers x %lld kv heads x 2 x %s); "
+                "available %s\n",
                 bytes_str(mem.mapped_bytes + mem.kv_cache_bytes).c_str(), bytes_str(mem.mapped_bytes).c_str(),
                 bytes_str(mem.kv_cache_bytes).c_str(), static_cast<long long>(mem.context_length),
-                static_cast<long long>(mem.layers), static_cast<long long>(mem.kv_heads),
-                static_cast<long long>(mem.head_dim), mem.kv_value_bytes,
+                static_cast<long long>(mem.layers), static_cast<long long>(mem.kv_heads), row.c_str(),
                 mem.available_bytes != 0 ? bytes_str(mem.available_bytes).c_str() : "unknown");
   }
   if (r.bundle_files) {

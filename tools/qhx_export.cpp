@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
                  "how w8 matrices are stored: panels (the int8 kernels' layout, mapped in place at open; bundle "
                  "format 2, the default) or rows (row-major, repacked at open; readable by format-1 builds)")
       ->check(CLI::IsMember({"panels", "rows"}));
+  app.add_option("--kv-cache", o.kv_cache,
+                 "the text decoder's KV cache: f32, f16 (the default in w8 and w4 bundles) or i8 (int8 with a scale "
+                 "per token and head: about half of f16's bytes, for long contexts)")
+      ->check(CLI::IsMember({"f32", "f16", "i8"}));
   app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   try {

@@ -66,9 +66,10 @@ struct GraphReport {
 
 struct MemoryReport {
   std::uint64_t mapped_bytes = 0;    // the files the plan maps: its graphs' and tables'
-  std::uint64_t kv_cache_bytes = 0;  // context_length x layers x kv_heads x head_dim x 2 x value bytes
+  std::uint64_t kv_cache_bytes = 0;  // context_length x layers x kv_heads x 2 x a row's bytes (head_dim x value
+                                     // bytes; head_dim + 4 for i8, whose rows carry a scale)
   std::int64_t context_length = 0, layers = 0, kv_heads = 0, head_dim = 0;
-  int kv_value_bytes = 4;            // 4 (f32), 2 with the decoder's "kv_cache": "f16"
+  int kv_value_bytes = 4;            // 4 (f32), 2 with the decoder's "kv_cache": "f16", 1 with "i8"
   std::uint64_t available_bytes = 0;  // MemAvailable of /proc/meminfo; 0 = unknown
 };
 

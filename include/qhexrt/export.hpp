@@ -38,6 +38,9 @@ struct ExportOptions {
   // kernels' own layout, mapped in place at open (bundle format 2); "rows", row-major,
   // repacked at every open but read by builds that know only format 1.
   std::string layout = "panels";
+  // The text decoder's KV cache (docs/manifest.md, "kv_cache"): "" (f16 in w8 and w4
+  // bundles, f32 in f32 and f16 ones), "f32", "f16" or "i8" (int8 rows with a scale each).
+  std::string kv_cache;
   // Polled while the export runs (once per matrix row); returning true stops it with an
   // error, nothing published (qhx_export: on SIGINT or SIGTERM).
   std::function<bool()> cancelled;

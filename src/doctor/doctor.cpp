@@ -326,14 +326,16 @@ struct Checker {
     mem.context_length = m.context_length;
     for (const auto& [name, mg] : m.graphs)
       if (mg.kind == "qwen3vl.text_decoder")
-        if (const auto kv = mg.spec.find("kv_cache"); kv != mg.spec.end() && *kv == "f16") mem.kv_value_bytes = 2;
+        if (const auto kv = mg.spec.find("kv_cache"); kv != mg.spec.end() && (*kv == "f16" || *kv == "i8"))
+          mem.kv_value_bytes = *kv == "f16" ? 2 : 1;
     try {
       const auto cfg = load_qwen3vl_config(m.dir / m.config).text;
       mem.layers = cfg.num_hidden_layers;
       mem.kv_heads = cfg.num_key_value_heads;
       mem.head_dim = cfg.head_dim;
-      mem.kv_cache_bytes = static_cast<std::uint64_t>(mem.context_length * mem.layers * mem.kv_heads * mem.head_dim) *
-                           2 * static_cast<std::uint64_t>(mem.kv_value_bytes);
+      // An 8-bit cache's rows carry their f32 scale (head_dim + 4 bytes).
+      const std::int64_t row_bytes = mem.kv_value_bytes == 1 ? mem.head_dim + 4 : mem.head_dim * mem.kv_value_bytes;
+      mem.kv_cache_bytes = static_cast<std::uint64_t>(mem.context_length * mem.layers * mem.kv_heads * row_bytes) * 2;
     } catch (const Error& e) {
       problem(cat("config ", (m.dir / m.config).string(), ": ", e.what()));
     }

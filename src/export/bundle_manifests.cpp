@@ -54,8 +54,11 @@ nlohmann::json llm_graphs(const BundleFiles& f) {
   add_activations(f, g["llm"]);
   add_activations(f, g["lm_head"]);
   // Quantized bundles keep the KV cache in f16 (half the memory and the bytes
-  // decode reads, as llama.cpp does); f32 and f16 bundles keep it exact.
-  if (f.weights == "w8" || f.weights == "w4") g["llm"]["kv_cache"] = "f16";
+  // decode reads, as llama.cpp does) unless told otherwise; f32 and f16 bundles keep it exact.
+  if (!f.kv_cache.empty())
+    g["llm"]["kv_cache"] = f.kv_cache;
+  else if (f.weights == "w8" || f.weights == "w4")
+    g["llm"]["kv_cache"] = "f16";
   return g;
 }
 

@@ -133,6 +133,8 @@ void check_cpu_export(const ExportOptions& o) {
   if (o.smoothing != "auto" && o.smoothing != "on" && o.smoothing != "off")
     fail("--smoothing must be auto, on or off, got \"", o.smoothing, "\"");
   if (o.layout != "panels" && o.layout != "rows") fail("--layout must be panels or rows, got \"", o.layout, "\"");
+  if (!o.kv_cache.empty() && o.kv_cache != "f32" && o.kv_cache != "f16" && o.kv_cache != "i8")
+    fail("--kv-cache must be f32, f16 or i8, got \"", o.kv_cache, "\"");
   const bool quantized = *format == WeightFormat::W8 || *format == WeightFormat::W4;
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
@@ -160,6 +162,7 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   files = bundle_file_names(o.weights, o.image_size);
   files.context = o.context;
   files.prefill_chunk = o.prefill_chunk;
+  files.kv_cache = o.kv_cache;
   const std::string embed_name = "model.language_model.embed_tokens.weight";
   const TensorView& embed = ck.get(embed_name);
   const TensorView& head = ck.find("lm_head.weight") != nullptr ? ck.get("lm_head.weight") : embed;  // tied
@@ -249,7 +252,11 @@ ExportSummary published_summary(const StagedBundle& stage, const std::string& vl
 }
 
 ExportSummary export_bundle(const ExportOptions& o) {
-  if (o.target == "qnn-htp") return export_qnn_bundle(o);
+  if (o.target == "qnn-htp") {
+    if (!o.kv_cache.empty())
+      fail("--kv-cache is for --target cpu: the qnn-htp graphs' KV cache is the host's, in f32 (docs/qnn.md)");
+    return export_qnn_bundle(o);
+  }
   if (o.target != "cpu") fail("--target must be cpu or qnn-htp, got \"", o.target, "\"");
   const auto t0 = std::chrono::steady_clock::now();
   return abandon_on_error(o, [&] {

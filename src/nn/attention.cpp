@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/kv_cache_i8.hpp"
+
 namespace qhx::nn {
 
 AttentionScratch::AttentionScratch(std::int64_t max_tokens, std::int64_t heads, std::int64_t kv_heads,
@@ -31,7 +33,13 @@ void self_attention(const cpu::KernelSet& k, const AttentionWeights& w, const At
   // The cache holds k after norm and RoPE, v as projected.
   const std::int64_t row = hkv * d, at = start * row;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  if (cache.f16) {
+  if (cache.store == KvStore::I8) {
+    auto* kc = static_cast<std::int8_t*>(cache.k);
+    auto* vc = static_cast<std::int8_t*>(cache.v);
+    cpu::kv_i8_write(sc.k.data(), T, hkv, d, cache.ctx, start, kc);
+    cpu::kv_i8_write(sc.v.data(), T, hkv, d, cache.ctx, start, vc);
+    k.attention_i8kv(sc.q.data(), kc, vc, T, start + T, cache.ctx, hq, hkv, d, start, scale, sc.attn.data());
+  } else if (cache.store == KvStore::F16) {
     auto* kc = static_cast<std::uint16_t*>(cache.k);
     auto* vc = static_cast<std::uint16_t*>(cache.v);
     k.to_f16(sc.k.data(), T * row, kc + at);

@@ -28,13 +28,18 @@ struct AttentionScratch {
   std::vector<float> q, k, v, attn, out;  // q/attn [T, hq·d]; k/v [T, hkv·d]; out [T, hidden]
 };
 
-// One layer's KV cache: keys and values [ctx, kv_heads, head_dim], stored as
-// f32 or as f16 (half the memory and the bytes decode reads; keys and values
-// are rounded to f16 once, when written).
+// How a KV cache stores its keys and values: f32; f16 (half the memory and the
+// bytes decode reads; rounded to f16 once, when written); or int8 with a scale
+// per token and KV head (backends/cpu/kv_cache_i8.hpp: about a quarter of f32).
+enum class KvStore { F32, F16, I8 };
+
+// One layer's KV cache: keys and values [ctx, kv_heads, head_dim] (f32, f16),
+// or [kv_heads, ctx, head_dim + 4] bytes (I8).
 struct KvCache {
   void* k = nullptr;
   void* v = nullptr;
-  bool f16 = false;
+  KvStore store = KvStore::F32;
+  std::int64_t ctx = 0;  // tokens the cache holds
 };
 
 // residual[T, hidden] += o_proj(attention(x)), with x [T, hidden] already

@@ -34,8 +34,15 @@ class DecoderCore {
   const Qwen3VLTextConfig& config() const { return cfg_; }
   std::int64_t ctx() const { return ctx_; }
   std::int64_t max_t() const { return max_t_; }
-  bool kv_f16() const { return kv_f16_; }
+  nn::KvStore kv_store() const { return kv_store_; }
   const std::string& name() const { return name_; }
+  // The cache as the graph's state tensor: [layers, 2, ctx, kv_heads, head_dim]
+  // of f32 or f16, or [layers, 2, kv_heads, ctx, head_dim + 4] bytes (i8).
+  IoSpec kv_spec() const {
+    const std::int64_t L = cfg_.num_hidden_layers, hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
+    if (kv_store_ == nn::KvStore::I8) return {"kv_cache", DType::I8, {L, 2, hkv, ctx_, d + 4}, IoRole::State};
+    return {"kv_cache", kv_store_ == nn::KvStore::F16 ? DType::F16 : DType::F32, {L, 2, ctx_, hkv, d}, IoRole::State};
+  }
   void cos_sin(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const {
     nn::mrope_cos_sin(positions, T, inv_freq_, axes_, cos, sin);
   }
@@ -50,7 +57,16 @@ class DecoderCore {
   std::string name_;
   Qwen3VLTextConfig cfg_;
   std::int64_t ctx_ = 0, max_t_ = 0;
-  bool kv_f16_ = false;  // "kv_cache": "f16"
+  std::int64_t kv_layer_bytes() const {  // one layer's keys and values
+    const std::int64_t hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
+    switch (kv_store_) {
+      case nn::KvStore::I8: return 2 * hkv * ctx_ * (d + 4);
+      case nn::KvStore::F16: return 2 * ctx_ * hkv * d * 2;
+      case nn::KvStore::F32: break;
+    }
+    return 2 * ctx_ * hkv * d * 4;
+  }
+  nn::KvStore kv_store_ = nn::KvStore::F32;  // "kv_cache": "f32", "f16" or "i8"
   std::optional<Checkpoint> ckpt_;  // mapped; the weights below point into it
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;  // [hidden]
@@ -73,9 +89,9 @@ void DecoderCore::init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max
   max_t_ = max_t;
   if (ctx_ <= 0 || max_t_ <= 0) fail("graph \"", name_, "\": context length and prefill chunk must be positive");
   if (const auto it = blob.spec.find("kv_cache"); it != blob.spec.end()) {
-    if (!it->is_string() || (*it != "f32" && *it != "f16"))
-      fail("graph \"", name_, "\": \"kv_cache\" must be \"f32\" or \"f16\", not ", it->dump());
-    kv_f16_ = *it == "f16";
+    if (!it->is_string() || (*it != "f32" && *it != "f16" && *it != "i8"))
+      fail("graph \"", name_, "\": \"kv_cache\" must be \"f32\", \"f16\" or \"i8\", not ", it->dump());
+    kv_store_ = *it == "f16" ? nn::KvStore::F16 : *it == "i8" ? nn::KvStore::I8 : nn::KvStore::F32;
   }
 
   const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, hq = cfg_.num_attention_heads,
@@ -119,15 +135,14 @@ void DecoderCore::forward(const float* embeds, std::int64_t T, std::int64_t star
   float* h = h_.data();
   std::memcpy(h, embeds, static_cast<std::size_t>(T * hidden) * sizeof(float));
   debug::dump("hidden.embed", h, {T, hidden});
-  const std::int64_t kv_layer = 2 * ctx_ * cfg_.num_key_value_heads * cfg_.head_dim;  // elements
-  const std::int64_t kv_size = kv_f16_ ? 2 : 4;  // bytes per element
+  const std::int64_t kv_layer = kv_layer_bytes();
   const nn::AttentionShape shape{cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim,
                                  static_cast<float>(cfg_.rms_norm_eps)};
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const auto li = static_cast<std::int64_t>(l);
-    std::byte* k_cache = kv + li * kv_layer * kv_size;
-    const nn::KvCache cache{k_cache, k_cache + kv_layer / 2 * kv_size, kv_f16_};
+    std::byte* k_cache = kv + li * kv_layer;
+    const nn::KvCache cache{k_cache, k_cache + kv_layer / 2, kv_store_, ctx_};
     k_->rms_norm(h, L.input_norm.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), x_.data());
     nn::self_attention(*k_, L.attn, shape, x_.data(), T, start, cos_in, sin_in, cache, attn_scratch_, h);
     k_->rms_norm(h, L.post_norm.data(), T, hidden, static_cast<float>(cfg_.rms_norm_eps), x_.data());
@@ -166,9 +181,7 @@ std::vector<IoSpec> TextDecoder::input_specs() const {
   return {{"embeds", DType::F32, {-1, h}},
           {"positions", DType::I32, {3, -1}},
           {"start", DType::I64, {1}},
-          {"kv_cache", core_.kv_f16() ? DType::F16 : DType::F32,
-           {core_.config().num_hidden_layers, 2, core_.ctx(), core_.config().num_key_value_heads, core_.config().head_dim},
-           IoRole::State},
+          core_.kv_spec(),
           {"deepstack", DType::F32, {-1, -1, h}},
           {"image_mask", DType::U8, {-1}}};
 }

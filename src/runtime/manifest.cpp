@@ -154,6 +154,8 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     mg.kind = g.string("kind", "");
     if (mg.backend.empty()) g.fail_at("backend", "missing (e.g. \"cpu\")");
     if (mg.kind.empty()) g.fail_at("kind", "missing (e.g. \"qwen3vl.text_decoder\")");
+    if (const auto kv = entry.find("kv_cache"); kv != entry.end() && *kv == "i8" && m.version < 5)
+      g.fail_at("kv_cache", cat("\"i8\" needs qhexrt_manifest >= 5 (this plan says ", m.version, ")"));
     mg.spec = entry;
     m.graphs.emplace(name, std::move(mg));
   }

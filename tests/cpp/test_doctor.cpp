@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "doctor/qairt_version.hpp"
@@ -184,6 +185,30 @@ TEST(QhxDoctor, AMatchingPlanIsOkWithItsBinaryGraphsAndMemory) {
   EXPECT_TRUE(has(r.out, graph)) << r.out;
   EXPECT_TRUE(has(r.out, "SoC model   69 (SM8750, HTP v79; plan: 69, matches)")) << r.out;
   EXPECT_TRUE(has(r.out, "\nOK\n")) << r.out;
+}
+
+TEST(QhxDoctor, TheKvCacheOfEachElementType) {
+  // A row of head_dim values per token, layer, KV head, key and value: 4 or 2 bytes a
+  // value, or (the 8-bit cache) 1 byte a value and the row's 4-byte scale.
+  const auto cfg = read_json(checkpoint_dir() / "config.json")["text_config"];
+  const std::uint64_t rows = 256ull * cfg["num_hidden_layers"].get<std::uint64_t>() *
+                             cfg["num_key_value_heads"].get<std::uint64_t>() * 2;
+  const std::uint64_t d = cfg["head_dim"].get<std::uint64_t>();
+  for (const auto& [kv, row_bytes, shown] :
+       {std::tuple{"f16", 2 * d, std::string(" x 2 B)")}, {"i8", d + 4, " x 2 x (" + std::to_string(d) + " + 4) x 1 B)"}}) {
+    test::TempDir tmp;
+    fs::path plan = write_plan(tmp, {{"backend", "cpu"}, {"kind", "linear"},
+                                     {"weights", (checkpoint_dir() / "model.safetensors").string()},
+                                     {"tensor", "model.language_model.embed_tokens.weight"}});
+    nlohmann::json j = read_json(plan);
+    j["qhexrt_manifest"] = 5;
+    j["graphs"]["llm"]["kv_cache"] = kv;
+    std::ofstream(plan) << j.dump(1);
+    const nlohmann::json m = doctor_json(plan.string(), 0)["manifest"];
+    EXPECT_EQ(m["memory"]["kv_cache_bytes"], rows * row_bytes) << kv;
+    const DoctorRun r = doctor(plan.string());
+    EXPECT_TRUE(has(r.out, shown)) << kv << ": " << r.out;
+  }
 }
 
 TEST(QhxDoctor, ABinaryForAnotherSocIsAProblemNamingBoth) {

@@ -3,6 +3,7 @@
 // bf16 weights (and f16, w8, w4 for linear). A new implementation joins by being added to kernel_sets().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/kernels_fast.hpp"
+#include "backends/cpu/kv_cache_i8.hpp"
 #include "common/half.hpp"
 #include "formats/quantize.hpp"
 
@@ -195,7 +197,8 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
   // {T, N, HQ, HKV, D, start}: a few queries over a cache (decode-like), and
   // blocks of many queries with head_dim 64 and 128 (prefill, vision), odd counts.
   for (const auto& [T, N, HQ, HKV, D, start] :
-       {std::array{3, 7, 4, 2, 5, 4}, {1, 50, 4, 2, 128, 49}, {2, 33, 6, 2, 64, 31}, {1, 9, 3, 3, 128, 8}, {37, 40, 4, 2, 64, 3}, {20, 20, 2, 2, 128, 0}, {9, 9, 3, 1, 64, 0}}) {
+       {std::array{3, 7, 4, 2, 5, 4}, {1, 50, 4, 2, 128, 49}, {2, 33, 6, 2, 64, 31}, {1, 9, 3, 3, 128, 8}, {37, 40, 4, 2, 64, 3}, {20, 20, 2, 2, 128, 0}, {9, 9, 3, 1, 64, 0},
+        {2, 30, 4, 2, 256, 28}}) {
   SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
   const auto q = random(T * HQ * D);
   auto kc = random(N * HKV * D), vc = random(N * HKV * D);
@@ -250,6 +253,133 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
     }
   }
   }
+  }
+}
+
+// Attention over the 8-bit KV cache (kv_cache_i8.hpp), read here from the
+// documented layout: [hkv, ctx, d + 4] bytes, d int8 then the row's f32 scale.
+struct I8Cache {
+  std::int64_t hkv, ctx, d;
+  std::vector<std::int8_t> bytes;
+  I8Cache(std::int64_t hkv_, std::int64_t ctx_, std::int64_t d_)
+      : hkv(hkv_), ctx(ctx_), d(d_), bytes(static_cast<std::size_t>(hkv_ * ctx_ * (d_ + 4)), 0x55) {}
+  const std::int8_t* row(std::int64_t j, std::int64_t g) const { return bytes.data() + (g * ctx + j) * (d + 4); }
+  float scale(std::int64_t j, std::int64_t g) const {
+    float s;
+    std::memcpy(&s, row(j, g) + d, 4);
+    return s;
+  }
+  double value(std::int64_t j, std::int64_t g, std::int64_t c) const {  // what the cache stands for
+    return static_cast<double>(static_cast<float>(row(j, g)[c]) * scale(j, g));
+  }
+};
+
+// want [t, hq, d] in double: causal attention with keys and values key(j, g, c), value(j, g, c).
+template <class K, class V>
+std::vector<double> causal_attention_want(const std::vector<float>& q, int T, int HQ, int HKV, int D, int start,
+                                          double scale, K key, V value) {
+  std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
+  for (int i = 0; i < T; ++i)
+    for (int h = 0; h < HQ; ++h) {
+      const int g = h / (HQ / HKV), visible = start + i + 1;
+      std::vector<double> s(static_cast<std::size_t>(visible));
+      double mx = -1e300, sum = 0;
+      for (int j = 0; j < visible; ++j) {
+        double dot = 0;
+        for (int c = 0; c < D; ++c) dot += double(q[(i * HQ + h) * D + c]) * key(j, g, c);
+        s[j] = dot * scale;
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& v : s) sum += (v = std::exp(v - mx));
+      for (int j = 0; j < visible; ++j)
+        for (int c = 0; c < D; ++c) want[(i * HQ + h) * D + c] += s[j] / sum * value(j, g, c);
+    }
+  return want;
+}
+
+TEST_P(Kernels, KvI8RowsFollowTheQuantizationRule) {
+  const std::int64_t HKV = 3, D = 37, CTX = 6, T = 4, START = 2;
+  auto x = random(static_cast<std::size_t>(T * HKV * D), 3.0f);
+  for (std::int64_t c = 0; c < D; ++c) x[static_cast<std::size_t>(HKV * D + c)] = 0.0f;  // token 1, head 0: a zero row
+  x[5] = 1e30f;                                                                         // a huge element
+  I8Cache cache(HKV, CTX, D);
+  kv_i8_write(x.data(), T, HKV, D, CTX, START, cache.bytes.data());
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t g = 0; g < HKV; ++g) {
+      const float* xr = x.data() + (t * HKV + g) * D;
+      float amax = 0;
+      for (std::int64_t c = 0; c < D; ++c) amax = std::max(amax, std::abs(xr[c]));
+      const float s = cache.scale(START + t, g);
+      ASSERT_EQ(s, amax / 127.0f) << "token " << t << " head " << g;
+      for (std::int64_t c = 0; c < D; ++c) {
+        const int q = cache.row(START + t, g)[c];
+        const int want = amax > 0 ? static_cast<int>(std::nearbyint(xr[c] * (127.0f / amax))) : 0;
+        ASSERT_EQ(q, std::clamp(want, -127, 127)) << "token " << t << " head " << g << " column " << c;
+        ASSERT_LE(std::abs(double(xr[c]) - double(q) * s), 0.5 * s * (1 + 1e-5)) << t << " " << g << " " << c;
+      }
+    }
+  // Rows of other tokens are untouched.
+  for (std::int64_t g = 0; g < HKV; ++g)
+    for (const std::int64_t j : {std::int64_t{0}, std::int64_t{1}})
+      for (std::int64_t b = 0; b < D + 4; ++b) ASSERT_EQ(cache.row(j, g)[b], 0x55);
+}
+
+TEST_P(Kernels, AttentionOverAnI8Cache) {
+  // {T, N, HQ, HKV, D, start}: decode, a speculation step, prefill chunks; head_dim
+  // of 4, 8 and 16 vectors and an odd one; the cache holds more tokens than are visible.
+  for (const auto& [T, N, HQ, HKV, D, start] :
+       {std::array{1, 50, 4, 2, 128, 49}, {5, 21, 6, 2, 64, 16}, {3, 7, 4, 2, 5, 4}, {2, 30, 4, 2, 256, 28},
+        {17, 40, 4, 1, 128, 23}, {1, 300, 2, 2, 64, 299}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
+    const std::int64_t ctx = N + 3;
+    const auto q = random(static_cast<std::size_t>(T * HQ * D));
+    const auto kx = random(static_cast<std::size_t>(N * HKV * D)), vx = random(static_cast<std::size_t>(N * HKV * D));
+    I8Cache kc(HKV, ctx, D), vc(HKV, ctx, D);
+    kv_i8_write(kx.data(), N, HKV, D, ctx, 0, kc.bytes.data());
+    kv_i8_write(vx.data(), N, HKV, D, ctx, 0, vc.bytes.data());
+    const float scale = 0.3f;
+    std::vector<float> out(static_cast<std::size_t>(T * HQ * D));
+    k().attention_i8kv(q.data(), kc.bytes.data(), vc.bytes.data(), T, N, ctx, HQ, HKV, D, start, scale, out.data());
+    // 1. The results of attention on the values the cache stands for.
+    const auto want = causal_attention_want(
+        q, T, HQ, HKV, D, start, scale, [&](int j, int g, int c) { return kc.value(j, g, c); },
+        [&](int j, int g, int c) { return vc.value(j, g, c); });
+    expect_close(out, want, 1e-5, 1e-5);
+    // 2. The quantization's error bound against the exact keys and values: the
+    // keys' errors move score j by e_j = scale · |Σ_c q_c · (k_jc − k̂_jc)|, so
+    // each softmax weight by a factor within e^(±2E), E = max_j e_j; a value's
+    // error is at most its row's s_v / 2:
+    //   |out − exact| <= (e^(2E) − 1) · max |v| + max_j s_vj / 2.
+    const auto exact = causal_attention_want(
+        q, T, HQ, HKV, D, start, scale, [&](int j, int g, int c) { return double(kx[(j * HKV + g) * D + c]); },
+        [&](int j, int g, int c) { return double(vx[(j * HKV + g) * D + c]); });
+    double vmax = 0, sv_max = 0;
+    for (const float v : vx) vmax = std::max(vmax, double(std::abs(v)));
+    for (int j = 0; j < N; ++j)
+      for (int g = 0; g < HKV; ++g) sv_max = std::max(sv_max, double(vc.scale(j, g)));
+    for (int i = 0; i < T; ++i)
+      for (int h = 0; h < HQ; ++h) {
+        const int g = h / (HQ / HKV);
+        double E = 0;
+        for (int j = 0; j <= start + i; ++j) {
+          double e = 0;
+          for (int c = 0; c < D; ++c)
+            e += double(q[(i * HQ + h) * D + c]) * (double(kx[(j * HKV + g) * D + c]) - kc.value(j, g, c));
+          E = std::max(E, scale * std::abs(e));
+        }
+        const double bound = std::expm1(2 * E) * vmax + sv_max / 2 + 1e-5;
+        for (int c = 0; c < D; ++c) {
+          const std::size_t at = static_cast<std::size_t>((i * HQ + h) * D + c);
+          ASSERT_LE(std::abs(out[at] - exact[at]), bound) << "query " << i << " head " << h << " element " << c;
+        }
+      }
+    // 3. Each query alone gives its row of the call bit for bit (chunked prefill == one pass).
+    for (int i = 0; i < T; ++i) {
+      std::vector<float> one(static_cast<std::size_t>(HQ * D));
+      k().attention_i8kv(q.data() + i * HQ * D, kc.bytes.data(), vc.bytes.data(), 1, N, ctx, HQ, HKV, D, start + i,
+                         scale, one.data());
+      for (int c = 0; c < HQ * D; ++c) ASSERT_EQ(one[c], out[i * HQ * D + c]) << "query " << i << " element " << c;
+    }
   }
 }
 

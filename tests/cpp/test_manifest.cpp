@@ -124,6 +124,17 @@ TEST(Manifest, StopTokenIds) {
   expect_manifest_error(j, {"stop_token_ids", "needs qhexrt_manifest >= 4", "says 3"});
 }
 
+TEST(Manifest, AnI8KvCacheNeedsVersion5) {
+  auto j = valid();
+  j["graphs"]["llm"]["kv_cache"] = "i8";
+  j["qhexrt_manifest"] = 5;
+  EXPECT_EQ(parse(j).graphs.at("llm").spec["kv_cache"], "i8");
+  j["qhexrt_manifest"] = 4;  // a value of version 5
+  expect_manifest_error(j, {"graphs.llm.kv_cache", "\"i8\" needs qhexrt_manifest >= 5", "says 4"});
+  j["graphs"]["llm"]["kv_cache"] = "f16";  // version 3's values stay valid
+  EXPECT_EQ(parse(j).graphs.at("llm").spec["kv_cache"], "f16");
+}
+
 // --- a checkpoint directory's generation_config.json and preprocessor_config.json
 
 const char* kGenSource = "/ckpt/generation_config.json";

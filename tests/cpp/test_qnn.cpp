@@ -294,7 +294,7 @@ TEST(QnnHtp, DecoderLayerMatchesTheCpuBackendBlocksWithinFp16Rounding) {
   nn::SwiGluScratch ms(T, I);
   const auto t0 = std::chrono::steady_clock::now();
   k.rms_norm(x.data(), in_norm.data(), T, H, eps, h.data());
-  nn::self_attention(k, aw, {nh, nkv, D, eps}, h.data(), T, 0, cos.data(), sin.data(), {kc.data(), vc.data(), false},
+  nn::self_attention(k, aw, {nh, nkv, D, eps}, h.data(), T, 0, cos.data(), sin.data(), {kc.data(), vc.data(), nn::KvStore::F32, T},
                      as, y_cpu.data());
   k.rms_norm(y_cpu.data(), post_norm.data(), T, H, eps, h.data());
   nn::swiglu_mlp(k, mw, h.data(), T, ms, y_cpu.data());

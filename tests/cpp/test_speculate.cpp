@@ -4,10 +4,15 @@
 // speculation, including the next turn of a session after a speculative one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "qhexrt/session.hpp"
 #include "sampling/ngram_draft.hpp"
+#include "sampling/sampler.hpp"
 #include "test_support.hpp"
 
 namespace qhx {
@@ -119,6 +124,79 @@ TEST_P(SpeculateTest, SampledOutputWithPenaltiesIsIdenticalForEverySeed) {
     drafted += b.draft_tokens;
   }
   EXPECT_GT(drafted, 0);
+}
+
+// Pearson's chi-square of the sampled tokens' ranks: each token falls in the bin
+// of its rank in its own step's distribution (0 = most likely, ..., kBins − 1 and
+// beyond), and a bin expects the sum over steps of that rank's probability. Steps
+// may each have another distribution; the statistic has kBins − 1 degrees of freedom.
+constexpr int kRankBins = 6;
+double rank_chi_square(const std::vector<std::vector<float>>& dists, const std::vector<std::int32_t>& drawn) {
+  std::array<double, kRankBins> expected{}, observed{};
+  for (std::size_t i = 0; i < dists.size(); ++i) {
+    const std::vector<float>& p = dists[i];
+    std::vector<std::int32_t> order;  // the tokens with mass (top-k keeps a few), most likely first
+    for (std::size_t t = 0; t < p.size(); ++t)
+      if (p[t] > 0) order.push_back(static_cast<std::int32_t>(t));
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
+    for (std::size_t r = 0; r < order.size(); ++r) {
+      const std::size_t bin = std::min<std::size_t>(r, kRankBins - 1);
+      expected[bin] += p[static_cast<std::size_t>(order[r])];
+      if (order[r] == drawn[i]) observed[bin] += 1;
+    }
+  }
+  double chi2 = 0;
+  for (int b = 0; b < kRankBins; ++b) chi2 += (observed[b] - expected[b]) * (observed[b] - expected[b]) / expected[b];
+  return chi2;
+}
+
+// With sampling, speculation keeps a draft only when the token drawn from that
+// position's own exact row equals it, so what it emits must follow the model's
+// distribution: the ranks of every token sampled with speculation on (drafts
+// accepted among them) fit each step's distribution, and the same tokens are
+// refused against a wrong one (half the temperature), so the test can fail.
+// One checkpoint (tiny_b): 1,536 tokens take seconds, each step's logits kept.
+TEST(Speculate, SampledTokensFollowTheModelsDistribution) {
+  Pipeline pipe = Pipeline::open(checkpoint("tiny_b"));
+  const auto answer = [&](const std::vector<Message>& turns, const GenerationOptions& o) {
+    Session s(pipe);
+    return s.respond(turns, o);
+  };
+  const std::vector<Message> turns{Message::text("user", kRepetitive)};
+  SamplingParams sp;
+  sp.temperature = 0.6f;
+  sp.top_k = 10;
+  std::vector<std::vector<float>> dists, sharper;
+  std::vector<std::int32_t> drawn;
+  std::int64_t accepted = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    GenerationOptions o = greedy(64, 4);
+    sp.seed = seed;
+    o.sampling = sp;
+    const GenerationResult r = answer(turns, o);
+    accepted += r.accepted_tokens;
+    const std::size_t vocab = static_cast<std::size_t>(r.vocab);
+    ASSERT_EQ(r.step_logits.size(), r.tokens.size() * vocab);
+    for (std::size_t i = 0; i < r.tokens.size(); ++i) {
+      for (const float temp : {sp.temperature, 0.3f}) {
+        std::vector<float> row(r.step_logits.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                               r.step_logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+        SamplingParams q = sp;
+        q.temperature = temp;
+        std::vector<float> probs;
+        Sampler(q).distribution(row, {}, probs);
+        (temp == sp.temperature ? dists : sharper).push_back(std::move(probs));
+      }
+      drawn.push_back(r.tokens[i]);
+    }
+  }
+  EXPECT_GT(accepted, 20) << "too few drafts accepted: the test would not exercise speculation's acceptance";
+  // 5 degrees of freedom: P(chi2 > 25.7) = 1e-4 (the seeds are fixed, so the run is too).
+  const double chi2 = rank_chi_square(dists, drawn), wrong = rank_chi_square(sharper, drawn);
+  std::printf("rank chi-square over %zu tokens (%lld accepted drafts): %.2f; against temperature 0.3: %.2f\n",
+              drawn.size(), static_cast<long long>(accepted), chi2, wrong);
+  EXPECT_LT(chi2, 25.7);
+  EXPECT_GT(wrong, 25.7);
 }
 
 TEST_P(SpeculateTest, ForcedTokensAreVerifiedSeveralARun) {

@@ -8,7 +8,8 @@ manifests run the reference cases of tests/reference:
   - w8: prompt logits cosine >= 0.999 per row, top-1 agreement >= 97% over the 32 teacher-forced
     steps (the fp32 model's own greedy tokens are fed back), vision features cosine >= 0.999;
   - w4: the same figures are measured and printed (no bound is promised; a sanity floor catches
-    a broken format).
+    a broken format);
+  - w8+kv8: a w8 bundle with the 8-bit KV cache (`--kv-cache i8`), held to the w8 bounds.
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ CONFIGS = ["tiny_a", "tiny_b"]
 # fp32 bounds, proves qhx_export reads them; the quantized formats are the same code over the same
 # tensors (tiny_a_tf5's weights equal tiny_a's), so only the 4.57 configs run them.
 TF5_CONFIGS = ["tiny_a_tf5", "tiny_b_tf5"]
-FORMATS = {**{c: ("f32", "w8", "w4") for c in CONFIGS}, **{c: ("f32",) for c in TF5_CONFIGS}}
+FORMATS = {**{c: ("f32", "w8", "w4", "w8+kv8") for c in CONFIGS}, **{c: ("f32",) for c in TF5_CONFIGS}}
+EXPORT_ARGS = {"w8+kv8": ["--weights", "w8", "--kv-cache", "i8"]}  # others: --weights FORMAT
 CONFIG_FORMATS = [(c, w) for c, ws in FORMATS.items() for w in ws]
 TEXT_CASES = ["chat_capital", "long_chat"]
 IMAGE_CASES = ["img256x320", "two_images"]
 BOUNDS = {  # format: (prompt cosine, top-1 agreement, vision cosine)
     "f32": (0.99999, 1.0, 0.99999),
     "w8": (0.999, 0.97, 0.999),
+    "w8+kv8": (0.999, 0.97, 0.999),
 }
 W4_FLOOR = 0.9  # not a quality bound: only catches a broken format
 
@@ -51,9 +54,10 @@ def bundles(tmp_path_factory) -> dict[tuple[str, str], Path]:
         assert build_all.ensure_reference(config, log=lambda *a: None)
         ckpt = build_all.reference_dir(config) / "checkpoint"
         for weights in formats:
-            dest = tmp_path_factory.mktemp(f"{config}_{weights}")
+            dest = tmp_path_factory.mktemp(f"{config}_{weights.replace('+', '_')}")
             proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(ckpt), "--out", str(dest),
-                                   "--weights", weights, "--quiet"], capture_output=True, timeout=600)
+                                   *EXPORT_ARGS.get(weights, ["--weights", weights]), "--quiet"],
+                                  capture_output=True, timeout=600)
             assert proc.returncode == 0, proc.stderr.decode(errors="replace")
             out[(config, weights)] = dest
     return out
@@ -174,6 +178,9 @@ def test_bundle_files_and_sizes(bundles):
                      "qwen3vl-2b-vlm-512.json", "qwen3vl-2b-text-512.json"):
             assert want in names, (config, weights, want)
         assert ("embed_f32.bin" if weights == "f32" else "embed_f16.bin") in names
+        plan = json.loads((bundle / "qwen3vl-2b-text-512.json").read_text())
+        want_kv = {"w8+kv8": "i8", "w8": "f16", "w4": "f16"}.get(weights)
+        assert plan["graphs"]["llm"].get("kv_cache") == want_kv, (config, weights)
     for config in CONFIGS:
         size = {w: sum(p.stat().st_size for p in bundles[(config, w)].glob("llm_shared_512.bin")) for w in ("f32", "w8", "w4")}
         assert size["w4"] < size["w8"] < size["f32"], size

@@ -32,6 +32,12 @@ struct KernelSet {
                           float scale, bool causal, float* out);
   // y[i] = the f16 nearest x[i], ties to even (half.hpp's f32_to_f16, bit for bit).
   void (*to_f16)(const float* x, std::int64_t n, std::uint16_t* y);
+  // Causal `attention` over an 8-bit KV cache (kv_cache_i8.hpp): k and v are one
+  // layer's keys and values [hkv, ctx, d + 4], and the results are those of
+  // `attention` on the values the cache stands for (float(q) · s).
+  void (*attention_i8kv)(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
+                         std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                         float scale, float* out);
   // Non-causal attention with int8 products (the contract of int8_attention.hpp),
   // for graphs on the int8 path; shapes as in `attention`.
   void (*attention_i8)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,

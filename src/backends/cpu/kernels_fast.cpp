@@ -33,6 +33,7 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/kernels_fast.hpp"
 #include "backends/cpu/kernels_ref.hpp"
+#include "backends/cpu/kv_cache_i8.hpp"
 #include "backends/cpu/stored_panels.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "common/half.hpp"
@@ -214,6 +215,36 @@ HWY_INLINE float ScalarKV(const F16* p) {
   std::memcpy(&bits, p, sizeof bits);
   return f16_to_f32(bits);
 }
+// An 8-bit cache's values (kv_cache_i8.hpp) widen exactly; their row's scale is applied after.
+HWY_INLINE VF LoadKV(DF df, const std::int8_t* p) {
+  return hn::ConvertTo(df, hn::PromoteTo(hn::Rebind<std::int32_t, DF>(), hn::LoadU(hn::Rebind<std::int8_t, DF>(), p)));
+}
+HWY_INLINE float ScalarKV(const std::int8_t* p) { return static_cast<float>(*p); }
+
+// Where the rows of one KV head lie, and the factor a row's values carry:
+// f32 and f16 keys and values [n, hkv, d] carry 1 (a product with 1 is exact,
+// so those paths compute what they did before there were factors); the 8-bit
+// cache [hkv, ctx, d + 4] carries each row's scale. A score is then
+// (q · row) · factor · scale, and a value row's weight p · (1 / l) · factor.
+template <class T>
+struct DenseRows {
+  using Elem = T;
+  const T* base;
+  std::int64_t hkv, d;
+  HWY_INLINE const T* row(std::int64_t j, std::int64_t g) const { return base + (j * hkv + g) * d; }
+  HWY_INLINE float factor(const T*) const { return 1.0f; }
+  std::int64_t stride() const { return hkv * d; }  // elements from a head's row j to its row j + 1
+};
+struct I8Rows {
+  using Elem = std::int8_t;
+  const std::int8_t* base;
+  std::int64_t ctx, d;
+  HWY_INLINE const std::int8_t* row(std::int64_t j, std::int64_t g) const {
+    return base + (g * ctx + j) * kv_i8_row_bytes(d);
+  }
+  HWY_INLINE float factor(const std::int8_t* r) const { return kv_i8_scale(r, d); }
+  std::int64_t stride() const { return kv_i8_row_bytes(d); }
+};
 
 // Σ a[i] · b[i]: two vector accumulators, then the lanes, then the tail; b
 // is f32 or (a key row of an f16 cache) f16.
@@ -281,11 +312,12 @@ HWY_INLINE float ExpShiftSum(float* p, std::int64_t n, float max_s) {
 // ---- attention ----------------------------------------------------------------
 
 // Tasks [b, e) of t * hq (query i = task / hq, head h = task % hq); p: n floats.
-template <class T>
-void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+template <class Rows>
+void AttentionTasksT(const float* q, const Rows& k, const Rows& v, std::int64_t t, std::int64_t n, std::int64_t hq,
                      std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
                      std::int64_t b, std::int64_t e, float* p) {
   (void)t;
+  using T = typename Rows::Elem;
   const DF df;
   const std::int64_t N = lanes();
   const std::int64_t group = hq / hkv;
@@ -296,7 +328,8 @@ void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std
     const std::int64_t kvh = h / group;
     float max_s = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < visible; ++j) {
-      p[j] = Dot(qi, k + (j * hkv + kvh) * d, d) * scale;
+      const T* kj = k.row(j, kvh);
+      p[j] = Dot(qi, kj, d) * k.factor(kj) * scale;
       max_s = std::max(max_s, p[j]);
     }
     const float sum = ExpShiftSum(p, visible, max_s);
@@ -304,8 +337,8 @@ void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std
     std::fill(o, o + d, 0.0f);
     const float inv = 1.0f / sum;
     for (std::int64_t j = 0; j < visible; ++j) {
-      const float wj = p[j] * inv;
-      const T* vj = v + (j * hkv + kvh) * d;
+      const T* vj = v.row(j, kvh);
+      const float wj = p[j] * inv * v.factor(vj);
       const VF vw = hn::Set(df, wj);
       std::int64_t c = 0;
       for (; c + N <= d; c += N) hn::StoreU(hn::MulAdd(vw, LoadKV(df, vj + c), hn::LoadU(df, o + c)), df, o + c);
@@ -320,10 +353,11 @@ void AttentionTasksT(const float* q, const T* k, const T* v, std::int64_t t, std
 // time, so each key and value row is read once for the group; the output of
 // those heads stays in registers (HB × NV vectors) across all keys instead of
 // being loaded and stored per key. p: HB · n floats.
-template <int HB, int NV, class T>
-void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+template <int HB, int NV, class Rows>
+void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
                     std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
                     float* p, bool prefetch) {
+  using T = typename Rows::Elem;
   const DF df;
   const std::int64_t N = lanes();
   const std::int64_t d = NV * N;
@@ -340,17 +374,18 @@ void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std:
   // prefetches only cost (12% of prefill attention).
   constexpr std::int64_t kAhead = 16;
   constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
-  const std::int64_t row_stride = hkv * d;
+  const std::int64_t row_stride = k.stride();
   for (std::int64_t j = 0; j < visible; ++j) {
-    const T* kj = k + (j * hkv + kvh) * d;
+    const T* kj = k.row(j, kvh);
     if (prefetch && j + kAhead < visible)
       for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(kj + kAhead * row_stride + l);
     VF kv[NV];
     for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
+    const float kf = k.factor(kj);
     for (int g = 0; g < HB; ++g) {
       VF acc = hn::Mul(qv[g][0], kv[0]);
       for (int u = 1; u < NV; ++u) acc = hn::MulAdd(qv[g][u], kv[u], acc);
-      const float sc = hn::GetLane(hn::SumOfLanes(df, acc)) * scale;
+      const float sc = hn::GetLane(hn::SumOfLanes(df, acc)) * kf * scale;
       p[g * n + j] = sc;
       max_s[g] = std::max(max_s[g], sc);
     }
@@ -363,13 +398,14 @@ void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std:
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
   for (std::int64_t j = 0; j < visible; ++j) {
-    const T* vj = v + (j * hkv + kvh) * d;
+    const T* vj = v.row(j, kvh);
     if (prefetch && j + kAhead < visible)
       for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(vj + kAhead * row_stride + l);
     VF vv[NV];
     for (int u = 0; u < NV; ++u) vv[u] = LoadKV(df, vj + u * N);
+    const float vf = v.factor(vj);
     for (int g = 0; g < HB; ++g) {
-      const VF w = hn::Set(df, p[g * n + j] * inv[g]);
+      const VF w = hn::Set(df, p[g * n + j] * inv[g] * vf);
       for (int u = 0; u < NV; ++u) o[g][u] = hn::MulAdd(w, vv[u], o[g][u]);
     }
   }
@@ -377,11 +413,25 @@ void AttentionGroup(const float* q, const T* k, const T* v, std::int64_t n, std:
     for (int u = 0; u < NV; ++u) hn::StoreU(o[g][u], df, out + (i * hq + h0 + g) * d + u * N);
 }
 
-// Whether AttentionGroups handles head_dim d: 4 or 8 vectors per row.
-bool GroupedAttentionFits(std::int64_t d) { return d == 4 * lanes() || d == 8 * lanes(); }
+// Whether AttentionGroups handles head_dim d: 4, 8 or 16 vectors per row (16:
+// a head of 128 on 8-lane AVX2; the registers spill there, but each KV row is
+// still read once per group of heads instead of once per head).
+bool GroupedAttentionFits(std::int64_t d) { return d == 4 * lanes() || d == 8 * lanes() || d == 16 * lanes(); }
 
-template <class T>
-void AttentionGroupsT(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+template <int HB, class Rows>
+HWY_INLINE void AttentionGroupOfWidth(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq,
+                                      std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                                      float* out, std::int64_t i, std::int64_t h0, float* p, bool prefetch) {
+  if (d == 16 * lanes())
+    AttentionGroup<HB, 16>(q, k, v, n, hq, hkv, start, scale, causal, out, i, h0, p, prefetch);
+  else if (d == 8 * lanes())
+    AttentionGroup<HB, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, h0, p, prefetch);
+  else
+    AttentionGroup<HB, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, h0, p, prefetch);
+}
+
+template <class Rows>
+void AttentionGroupsT(const float* q, const Rows& k, const Rows& v, std::int64_t t, std::int64_t n, std::int64_t hq,
                       std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
                       std::int64_t b, std::int64_t e, float* p) {
   const std::int64_t group = hq / hkv;
@@ -389,27 +439,19 @@ void AttentionGroupsT(const float* q, const T* k, const T* v, std::int64_t t, st
   for (std::int64_t task = b; task < e; ++task) {
     const std::int64_t i = task / hkv, kvh = task % hkv;
     std::int64_t g = 0;
-    for (; g + 2 <= group; g += 2) {
-      if (d == 8 * lanes())
-        AttentionGroup<2, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
-      else
-        AttentionGroup<2, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
-    }
-    if (g < group) {
-      if (d == 8 * lanes())
-        AttentionGroup<1, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
-      else
-        AttentionGroup<1, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, kvh * group + g, p, prefetch);
-    }
+    for (; g + 2 <= group; g += 2)
+      AttentionGroupOfWidth<2>(q, k, v, n, hq, hkv, d, start, scale, causal, out, i, kvh * group + g, p, prefetch);
+    if (g < group)
+      AttentionGroupOfWidth<1>(q, k, v, n, hq, hkv, d, start, scale, causal, out, i, kvh * group + g, p, prefetch);
   }
 }
 
 // The per-query attention paths, exported once per key/value type (HWY_EXPORT
 // takes plain functions): `grouped` runs tasks of t · hkv through
-// AttentionGroupsT (head_dim of 4 or 8 vectors), else tasks of t · hq through
-// AttentionTasksT.
-template <class T>
-void AttentionRowsT(bool grouped, const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n,
+// AttentionGroupsT (head_dim of 4, 8 or 16 vectors), else tasks of t · hq
+// through AttentionTasksT.
+template <class Rows>
+void AttentionRowsT(bool grouped, const float* q, const Rows& k, const Rows& v, std::int64_t t, std::int64_t n,
                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
                     float* out, std::int64_t b, std::int64_t e, float* p) {
   if (grouped)
@@ -420,12 +462,20 @@ void AttentionRowsT(bool grouped, const float* q, const T* k, const T* v, std::i
 void AttentionRows(bool grouped, const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,
                    std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
                    float* out, std::int64_t b, std::int64_t e, float* p) {
-  AttentionRowsT(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+  AttentionRowsT(grouped, q, DenseRows<float>{k, hkv, d}, DenseRows<float>{v, hkv, d}, t, n, hq, hkv, d, start,
+                 scale, causal, out, b, e, p);
 }
 void AttentionRowsF16(bool grouped, const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n,
                       std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
                       float* out, std::int64_t b, std::int64_t e, float* p) {
-  AttentionRowsT(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+  AttentionRowsT(grouped, q, DenseRows<F16>{k, hkv, d}, DenseRows<F16>{v, hkv, d}, t, n, hq, hkv, d, start, scale,
+                 causal, out, b, e, p);
+}
+void AttentionRowsI8(bool grouped, const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t,
+                     std::int64_t n, std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d,
+                     std::int64_t start, float scale, float* out, std::int64_t b, std::int64_t e, float* p) {
+  AttentionRowsT(grouped, q, I8Rows{k, ctx, d}, I8Rows{v, ctx, d}, t, n, hq, hkv, d, start, scale, /*causal=*/true,
+                 out, b, e, p);
 }
 
 // y = f16(x), round to nearest even (the hardware conversion: F16C, NEON fcvt).
@@ -681,6 +731,7 @@ HWY_EXPORT(Lanes);
 HWY_EXPORT(GroupedAttentionFits);
 HWY_EXPORT(AttentionRows);
 HWY_EXPORT(AttentionRowsF16);
+HWY_EXPORT(AttentionRowsI8);
 HWY_EXPORT(ToF16Range);
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(LayerNormRows);
@@ -751,10 +802,12 @@ std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
   return pack_i8(w, int8_kernel_best());
 }
 
-// The per-query paths of `attention` (every causal call), for f32 or f16 keys and values.
+// The per-query paths of `attention` (every causal call), for f32, f16 or 8-bit
+// keys and values (ctx: the 8-bit cache's rows per head).
 template <class T>
 void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
-                         std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
+                         std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                         std::int64_t ctx = 0) {
   // A few queries: KV rows read once per group of query heads; other head sizes: per (query, head).
   const bool grouped = HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d);
   const std::int64_t tasks = grouped ? t * hkv : t * hq;
@@ -765,6 +818,9 @@ void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t,
     if constexpr (std::is_same_v<T, float>)
       HWY_DYNAMIC_DISPATCH(AttentionRows)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
                                           p.data());
+    else if constexpr (std::is_same_v<T, std::int8_t>)
+      HWY_DYNAMIC_DISPATCH(AttentionRowsI8)(grouped, q, k, v, t, n, ctx, hq, hkv, d, start, scale, out, b, e,
+                                            p.data());
     else
       HWY_DYNAMIC_DISPATCH(AttentionRowsF16)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
                                              p.data());
@@ -808,6 +864,12 @@ void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t
                      float* out) {
   attention_per_query(q, reinterpret_cast<const hwy::float16_t*>(k), reinterpret_cast<const hwy::float16_t*>(v), t,
                       n, hq, hkv, d, start, scale, causal, out);
+}
+
+void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
+                    float* out) {
+  attention_per_query(q, k, v, t, n, hq, hkv, d, start, scale, /*causal=*/true, out, ctx);
 }
 
 void to_f16(const float* x, std::int64_t n, std::uint16_t* y) {
@@ -862,7 +924,7 @@ std::int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(CompiledTarget)()
 const KernelSet& fast_kernels() {
   static const KernelSet k{"fast",          fast::linear,      fast::rms_norm,  fast::layer_norm,
                            fast::silu_mul,  fast::gelu_tanh,   fast::gelu_erf,  fast::add_inplace,
-                           fast::rope_rotate_half, fast::attention, fast::attention_f16kv, fast::to_f16,
+                           fast::rope_rotate_half, fast::attention, fast::attention_f16kv, fast::to_f16, fast::attention_i8kv,
                            fast::attention_i8, ref::gather_rows,
                            fast::pack};
   return k;

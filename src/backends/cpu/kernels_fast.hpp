@@ -20,6 +20,9 @@
 //               queries share the call (chunked prefill == one pass, bit for bit)
 //   attention_f16kv  the per-query paths of attention over an f16 KV cache,
 //               widened as it loads (the decoder's cache with "kv_cache": "f16")
+//   attention_i8kv   the same paths over the 8-bit cache (kv_cache_i8.hpp): each
+//               row widened exactly, its scale applied to the score and to the
+//               value row's weight; a head's rows are one sequential stream
 //   to_f16      the hardware's round-to-nearest-even conversion (F16C, NEON fcvt)
 //   attention_i8  int8_attention.hpp's contract on the int8 kernel linear uses
 //   rms_norm, layer_norm, silu_mul, gelu_tanh, add_inplace, rope_rotate_half

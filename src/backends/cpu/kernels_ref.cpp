@@ -10,6 +10,7 @@
 
 #include "backends/cpu/int8_attention.hpp"
 #include "backends/cpu/int8_matmul.hpp"
+#include "backends/cpu/kv_cache_i8.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
@@ -261,6 +262,15 @@ void to_f16(const float* x, std::int64_t n, std::uint16_t* y) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
 }
 
+void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
+                    float* out) {
+  std::vector<float> kf(static_cast<std::size_t>(n * hkv * d)), vf(kf.size());
+  kv_i8_dequantize(k, n, hkv, d, ctx, kf.data());
+  kv_i8_dequantize(v, n, hkv, d, ctx, vf.data());
+  attention(q, kf.data(), vf.data(), t, n, hq, hkv, d, start, scale, /*causal=*/true, out);
+}
+
 }  // namespace ref
 }  // namespace qhx::cpu
 
@@ -269,7 +279,7 @@ namespace qhx::cpu {
 const KernelSet& reference_kernels() {
   static const KernelSet k{"reference",      ref::linear,      ref::rms_norm,  ref::layer_norm,
                            ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
-                           ref::rope_rotate_half, ref::attention, ref::attention_f16kv, ref::to_f16,
+                           ref::rope_rotate_half, ref::attention, ref::attention_f16kv, ref::to_f16, ref::attention_i8kv,
                            attention_i8_reference, ref::gather_rows,
                            [](const WeightMatrix&) -> std::shared_ptr<const PackedI8> { return nullptr; }};
   return k;
