@@ -140,6 +140,22 @@ fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const
   return out;
 }
 
+// Opens a copy of the text manifest with a larger context (and KV cache type),
+// removed once opened: every file is mapped by its absolute name.
+qhx::Pipeline open_long_context(const fs::path& text_manifest, std::int64_t context, const std::string& kv_cache = "") {
+  const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()) + kv_cache);
+  const fs::path manifest = long_context_copy(text_manifest, context, tmp, kv_cache);
+  std::cerr << "qhx_bench: open " << manifest.string() << std::endl;
+  try {
+    qhx::Pipeline p = qhx::Pipeline::open(manifest);
+    fs::remove_all(tmp);
+    return p;
+  } catch (...) {
+    fs::remove_all(tmp);
+    throw;
+  }
+}
+
 qhx::SamplingParams greedy() {
   qhx::SamplingParams s;
   s.greedy = true;
@@ -285,6 +301,19 @@ int main(int argc, char** argv) {
       r.sampling = g;
       p.generate(r);
     };
+    // A raw prompt, then decode_steps forced steps (the first token comes from the prefill's logits).
+    const auto forced_decode = [&](qhx::Pipeline& p, const std::string& prompt, std::int32_t forced) {
+      qhx::GenerationRequest req;
+      req.prompt = prompt;
+      req.raw = true;
+      req.max_new_tokens = decode_steps + 1;
+      req.forced_tokens.assign(static_cast<std::size_t>(decode_steps + 1), forced);
+      req.sampling = g;
+      auto res = p.generate(req);
+      if (res.timings.decode_steps != decode_steps)
+        qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
+      return res;
+    };
 
     {  // VLM manifest: load, vision encode and TTFT of "Describe this image." with the image.
       log("open " + vlm_manifest.string());
@@ -327,31 +356,14 @@ int main(int argc, char** argv) {
       }
     }
     {  // Decode at 512 and 1,024 tokens of context, through a copy of the text manifest with a larger context.
-      const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()));
-      const fs::path long_manifest = long_context_copy(text_manifest, 2048, tmp);
-      log("open " + long_manifest.string());
       std::optional<qhx::Pipeline> p;
-      try {
-        p.emplace(qhx::Pipeline::open(long_manifest));
-      } catch (...) {
-        fs::remove_all(tmp);
-        throw;
-      }
-      fs::remove_all(tmp);  // everything is loaded (the files are mmapped by absolute name)
+      p.emplace(open_long_context(text_manifest, 2048));
       warm_up(*p);
       const std::int32_t forced = p->tokenizer().encode(" word").at(0);
       for (const std::int64_t ctx_len : {std::int64_t{512}, std::int64_t{1024}}) {
         const std::string prompt = prompt_of(p->tokenizer(), ctx_len);
         for (int r = 0; r < runs; ++r) {
-          qhx::GenerationRequest req;
-          req.prompt = prompt;
-          req.raw = true;
-          req.max_new_tokens = decode_steps + 1;  // the first token comes from the prefill's logits
-          req.forced_tokens.assign(static_cast<std::size_t>(decode_steps + 1), forced);
-          req.sampling = g;
-          const auto res = p->generate(req);
-          if (res.timings.decode_steps != decode_steps)
-            qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
+          const auto res = forced_decode(*p, prompt, forced);
           (ctx_len == 512 ? d512 : d1024).push_back(res.timings.decode_ms_per_token);
           log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
               std::to_string(res.timings.prefill_ms) + " ms, decode " + std::to_string(res.timings.decode_ms_per_token) +
@@ -387,32 +399,15 @@ int main(int argc, char** argv) {
     if (long_context > 0) {  // Long contexts, per KV cache: prefill of N tokens, decode at N and at 512.
       const double kvh = nkv;
       for (const std::string kv : {"f16", "i8"}) {
-        const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()) + kv);
-        const fs::path manifest = long_context_copy(text_manifest, long_context + decode_steps + 8, tmp, kv);
-        log("open " + manifest.string());
         std::optional<qhx::Pipeline> p;
-        try {
-          p.emplace(qhx::Pipeline::open(manifest));
-        } catch (...) {
-          fs::remove_all(tmp);
-          throw;
-        }
-        fs::remove_all(tmp);
+        p.emplace(open_long_context(text_manifest, long_context + decode_steps + 8, kv));
         warm_up(*p);
         const std::int32_t forced = p->tokenizer().encode(" word").at(0);
         std::vector<double> pre_ms, dec_long, dec_short;
         for (const std::int64_t ctx_len : {long_context, std::int64_t{512}}) {
           const std::string prompt = prompt_of(p->tokenizer(), ctx_len);
           for (int r = 0; r < runs; ++r) {
-            qhx::GenerationRequest req;
-            req.prompt = prompt;
-            req.raw = true;
-            req.max_new_tokens = decode_steps + 1;
-            req.forced_tokens.assign(static_cast<std::size_t>(decode_steps + 1), forced);
-            req.sampling = g;
-            const auto res = p->generate(req);
-            if (res.timings.decode_steps != decode_steps)
-              qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
+            const auto res = forced_decode(*p, prompt, forced);
             if (ctx_len == long_context) pre_ms.push_back(res.timings.prefill_ms);
             (ctx_len == long_context ? dec_long : dec_short).push_back(res.timings.decode_ms_per_token);
             log("run " + std::to_string(r + 1) + ": kv " + kv + ", context " + std::to_string(ctx_len) + ", prefill " +
