@@ -43,6 +43,16 @@ peer="$QHX_CACHE/peer"
 src="$peer/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
 llama="$src/vendor/llama.cpp"
 build="$peer/build-$LLAMA_CPP_PYTHON_VERSION"
+# -march=native turns on llama.cpp's AMX matmul on a CPU with AMX, and at 0c1e570 that path
+# segfaults in ggml_backend_amx_mul_mat on the first prompt (seen on a 2-core Sapphire Rapids VM).
+# There the build names the CPU's ISA itself, all but AMX (its best path with AVX-512 VNNI).
+isa=(-DGGML_NATIVE=ON)
+if grep -qw amx_int8 /proc/cpuinfo; then
+  build="$build-noamx"
+  isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_F16C=ON -DGGML_FMA=ON -DGGML_BMI2=ON -DGGML_AVX=ON -DGGML_AVX2=ON
+       -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+       -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 models="$peer/models"
 results="$peer/results"
 ckpt="$QHX_CACHE/random_2b"
@@ -67,7 +77,7 @@ fi
 bin="$build/bin"
 if [ ! -x "$bin/llama-bench" ] || [ ! -x "$bin/llama-quantize" ] || [ ! -x "$bin/llama-mtmd-cli" ]; then
   echo "== build llama-bench, llama-quantize, llama-mtmd-cli (-j2, nice)"
-  cmake -S "$llama" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+  cmake -S "$llama" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DGGML_CUDA=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DBUILD_SHARED_LIBS=OFF >/dev/null
   nice -n 10 cmake --build "$build" -j2 --target llama-bench llama-quantize llama-mtmd-cli
