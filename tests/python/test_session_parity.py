@@ -238,15 +238,17 @@ def test_cached_session_references_are_a_noop(references):
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
 
 
-def test_fresh_runs_equal_the_replay_bit_for_bit_on_a_w8_bundle(references, tmp_path):
-    """The same on a w8 bundle (int8 activations, an f16 KV cache, images at the seed's fixed
-    512x512): the session's reuse must not depend on the arithmetic either."""
+@pytest.mark.parametrize("kv_cache", ["f16", "i8"])
+def test_fresh_runs_equal_the_replay_bit_for_bit_on_a_w8_bundle(references, tmp_path, kv_cache):
+    """The same on a w8 bundle (int8 activations, an f16 or the 8-bit KV cache, images at the
+    seed's fixed 512x512): the session's reuse must not depend on the arithmetic either."""
     root = references["tiny_a"]
     meta, _ = load_reference(root)
     bundle = tmp_path / "bundle_w8"
     proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(root / "checkpoint"), "--out", str(bundle),
-                           "--weights", "w8", "--quiet"], capture_output=True, timeout=600)
+                           "--weights", "w8", "--kv-cache", kv_cache, "--quiet"], capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert json.loads((bundle / "qwen3vl-2b-text-512.json").read_text())["graphs"]["llm"]["kv_cache"] == kv_cache
     steps = tmp_path / "replay_steps.npy"
     proc = generate(["-m", str(bundle), "--messages", str(root / meta["replay_messages_file"]), "--replay",
                      *greedy_args(meta["max_new_tokens"]), "--dump-logits", str(steps)])
@@ -255,7 +257,7 @@ def test_fresh_runs_equal_the_replay_bit_for_bit_on_a_w8_bundle(references, tmp_
     assert all(results[k + 1]["cached_tokens"] >= len(results[k]["prompt_tokens"]) for k in range(len(results) - 1))
     per_turn = split_steps(results, np.load(steps))
     for k in range(meta["num_turns"]):
-        what = f"w8 bundle turn {k + 1} fresh"
+        what = f"w8 bundle ({kv_cache} KV) turn {k + 1} fresh"
         conv = tmp_path / f"turn{k}.json"
         conv.write_text(json.dumps(fresh_messages(meta, results, k, root.parent / "images")))
         out = tmp_path / f"turn{k}_steps.npy"
