@@ -351,8 +351,8 @@ TEST_P(Kernels, AttentionOverAnI8Cache) {
     // error is at most its row's s_v / 2:
     //   |out − exact| <= (e^(2E) − 1) · max |v| + max_j s_vj / 2.
     const auto exact = causal_attention_want(
-        q, T, HQ, HKV, D, start, scale, [&](int j, int g, int c) { return double(kx[(j * HKV + g) * D + c]); },
-        [&](int j, int g, int c) { return double(vx[(j * HKV + g) * D + c]); });
+        q, T, HQ, HKV, D, start, scale, [&, hkv = HKV, d = D](int j, int g, int c) { return double(kx[(j * hkv + g) * d + c]); },
+        [&, hkv = HKV, d = D](int j, int g, int c) { return double(vx[(j * hkv + g) * d + c]); });
     double vmax = 0, sv_max = 0;
     for (const float v : vx) vmax = std::max(vmax, double(std::abs(v)));
     for (int j = 0; j < N; ++j)
