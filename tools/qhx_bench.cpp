@@ -397,7 +397,6 @@ int main(int argc, char** argv) {
     }
     json long_figures = json::array();
     if (long_context > 0) {  // Long contexts, per KV cache: prefill of N tokens, decode at N and at 512.
-      const double kvh = nkv;
       for (const std::string kv : {"f16", "i8"}) {
         std::optional<qhx::Pipeline> p;
         p.emplace(open_long_context(text_manifest, long_context + decode_steps + 8, kv));
@@ -417,7 +416,7 @@ int main(int argc, char** argv) {
         }
         // A step at context N reads every weight once and the cache's rows of every layer, key and value.
         const double row_bytes = kv == "i8" ? hd + 4 : 2 * hd;
-        const double kv_bytes = L * 2 * kvh * static_cast<double>(long_context) * row_bytes;
+        const double kv_bytes = L * 2 * nkv * static_cast<double>(long_context) * row_bytes;
         const double dl = median(dec_long), ds = median(dec_short);
         json f = {{"kv_cache", kv},
                   {"context", long_context},
