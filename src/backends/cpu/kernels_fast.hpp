@@ -2,7 +2,9 @@
 // dispatch (one binary picks SSE4/AVX2/AVX-512/NEON on the machine it runs
 // on), multi-threaded through the pool of thread_pool.hpp. They compute in f32
 // like the reference kernels (kernels_ref.hpp), but in a different summation
-// order, and pass the same suite (tests/cpp/test_kernels.cpp).
+// order, and pass the same suite (tests/cpp/test_kernels.cpp). The attention
+// kernels are in attention_fast.cpp, the rest in kernels_fast.cpp; the vector
+// helpers both use in vector_helpers-inl.h.
 //
 //   linear      w8 matrices on the int8 path (int8_matmul.hpp): activations
 //               quantized per row, weights repacked at load (`pack`) into panels

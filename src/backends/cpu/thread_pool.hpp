@@ -11,6 +11,7 @@
 // safe. An exception thrown by fn on any thread is rethrown to the caller.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -37,6 +38,12 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
       n, grain,
       [](void* ctx, std::int64_t begin, std::int64_t end) { (*static_cast<F*>(ctx))(begin, end); },
       const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+// Work items per chunk so that a chunk is worth a thread hand-off (~32k flops),
+// for items of cost_per_item flops each: the kernels' `grain`.
+inline std::int64_t grain_for(std::int64_t cost_per_item) {
+  return std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(1, cost_per_item));
 }
 
 template <class Fn>

@@ -1,0 +1,431 @@
+// The fast attention kernels (attention_fast.hpp; kernels_fast.hpp describes
+// the paths): per-query attention for causal calls (decode, and prefill in any
+// chunks) over f32, f16 or 8-bit keys and values, and blocked attention for many
+// non-causal queries (vision). Highway's foreach_target pattern, as in
+// kernels_fast.cpp: compiled once per SIMD target, dispatched under HWY_ONCE.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/attention_fast.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "backends/cpu/vector_helpers-inl.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/attention_fast.hpp"
+#include "backends/cpu/kv_cache_i8.hpp"
+#include "backends/cpu/thread_pool.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qhx::cpu::fast {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+std::int64_t Lanes() { return lanes(); }  // exported: the dispatcher's view of the vector width
+
+// Where the rows of one KV head lie, and the factor a row's values carry:
+// f32 and f16 keys and values [n, hkv, d] carry 1 (a product with 1 is exact,
+// so those paths compute what they did before there were factors); the 8-bit
+// cache [hkv, ctx, d + 4] carries each row's scale. A score is then
+// (q · row) · factor · scale, and a value row's weight p · (1 / l) · factor.
+template <class T>
+struct DenseRows {
+  using Elem = T;
+  const T* base;
+  std::int64_t hkv, d;
+  HWY_INLINE const T* row(std::int64_t j, std::int64_t g) const { return base + (j * hkv + g) * d; }
+  HWY_INLINE float factor(const T*) const { return 1.0f; }
+  std::int64_t stride() const { return hkv * d; }  // elements from a head's row j to its row j + 1
+};
+struct I8Rows {
+  using Elem = std::int8_t;
+  const std::int8_t* base;
+  std::int64_t ctx, d;
+  HWY_INLINE const std::int8_t* row(std::int64_t j, std::int64_t g) const {
+    return base + (g * ctx + j) * kv_i8_row_bytes(d);
+  }
+  HWY_INLINE float factor(const std::int8_t* r) const { return kv_i8_scale(r, d); }
+  std::int64_t stride() const { return kv_i8_row_bytes(d); }
+};
+
+// ---- attention ----------------------------------------------------------------
+
+// Tasks [b, e) of t * hq (query i = task / hq, head h = task % hq); p: n floats.
+template <class Rows>
+void AttentionTasksT(const float* q, const Rows& k, const Rows& v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                     std::int64_t b, std::int64_t e, float* p) {
+  (void)t;
+  using T = typename Rows::Elem;
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t group = hq / hkv;
+  for (std::int64_t task = b; task < e; ++task) {
+    const std::int64_t i = task / hq, h = task % hq;
+    const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
+    const float* qi = q + (i * hq + h) * d;
+    const std::int64_t kvh = h / group;
+    float max_s = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < visible; ++j) {
+      const T* kj = k.row(j, kvh);
+      p[j] = Dot(qi, kj, d) * k.factor(kj) * scale;
+      max_s = std::max(max_s, p[j]);
+    }
+    const float sum = ExpShiftSum(p, visible, max_s);
+    float* o = out + (i * hq + h) * d;
+    std::fill(o, o + d, 0.0f);
+    const float inv = 1.0f / sum;
+    for (std::int64_t j = 0; j < visible; ++j) {
+      const T* vj = v.row(j, kvh);
+      const float wj = p[j] * inv * v.factor(vj);
+      const VF vw = hn::Set(df, wj);
+      std::int64_t c = 0;
+      for (; c + N <= d; c += N) hn::StoreU(hn::MulAdd(vw, LoadKV(df, vj + c), hn::LoadU(df, o + c)), df, o + c);
+      for (; c < d; ++c) o[c] += wj * ScalarKV(vj + c);
+    }
+  }
+}
+
+
+// ---- attention for a few queries (decode) -------------------------------------
+// Tasks [b, e) of t · hkv: query i with HB query heads of KV head kvh at a
+// time, so each key and value row is read once for the group; the output of
+// those heads stays in registers (HB × NV vectors) across all keys instead of
+// being loaded and stored per key. p: HB · n floats.
+template <int HB, int NV, class Rows>
+void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                    std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
+                    float* p, bool prefetch) {
+  using T = typename Rows::Elem;
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t d = NV * N;
+  const std::int64_t kvh = h0 / (hq / hkv);
+  const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
+  VF qv[HB][NV];
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + (i * hq + h0 + g) * d + u * N);
+  float max_s[HB];
+  for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
+  // Rows of one KV head lie hkv·d elements apart (often exactly 4 KiB): every row
+  // is a new page the hardware prefetcher will not enter, so a decode step fetches
+  // rows ahead. Many queries (prefill) find them in L2 after the first: there the
+  // prefetches only cost (12% of prefill attention).
+  // How far ahead: about 16 KiB of the rows' values (32 rows of f32, 64 of f16,
+  // 128 of int8 at head_dim 128), into L2 (prefetcht1): the L1's few fill buffers
+  // cannot hold that many lines in flight, and a decode step is a stream the
+  // core reads once. Measured on the 2B's 28-layer cache at 4,096 tokens (bench_kernels):
+  // f16 44 -> 28 ms, i8 15 -> 11.5 ms against 16 rows ahead into L1.
+  const std::int64_t kAhead = std::max<std::int64_t>(16, 16384 / (d * static_cast<std::int64_t>(sizeof(T))));
+  constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
+  const std::int64_t row_stride = k.stride();
+  for (std::int64_t j = 0; j < visible; ++j) {
+    const T* kj = k.row(j, kvh);
+    if (prefetch && j + kAhead < visible)
+      for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(kj + kAhead * row_stride + l, 0, 2);
+    VF kv[NV];
+    for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
+    const float kf = k.factor(kj);
+    for (int g = 0; g < HB; ++g) {
+      // Two chains of products, so a row's dot product waits on half as many FMAs.
+      VF acc0 = hn::Mul(qv[g][0], kv[0]), acc1 = hn::Mul(qv[g][1], kv[1]);
+      for (int u = 2; u < NV; u += 2) {
+        acc0 = hn::MulAdd(qv[g][u], kv[u], acc0);
+        acc1 = hn::MulAdd(qv[g][u + 1], kv[u + 1], acc1);
+      }
+      const float sc = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1))) * kf * scale;
+      p[g * n + j] = sc;
+      max_s[g] = std::max(max_s[g], sc);
+    }
+  }
+  float inv[HB];
+  for (int g = 0; g < HB; ++g) {
+    inv[g] = 1.0f / ExpShiftSum(p + g * n, visible, max_s[g]);
+  }
+  VF o[HB][NV];
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
+  for (std::int64_t j = 0; j < visible; ++j) {
+    const T* vj = v.row(j, kvh);
+    if (prefetch && j + kAhead < visible)
+      for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(vj + kAhead * row_stride + l, 0, 2);
+    VF vv[NV];
+    for (int u = 0; u < NV; ++u) vv[u] = LoadKV(df, vj + u * N);
+    const float vf = v.factor(vj);
+    for (int g = 0; g < HB; ++g) {
+      const VF w = hn::Set(df, p[g * n + j] * inv[g] * vf);
+      for (int u = 0; u < NV; ++u) o[g][u] = hn::MulAdd(w, vv[u], o[g][u]);
+    }
+  }
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < NV; ++u) hn::StoreU(o[g][u], df, out + (i * hq + h0 + g) * d + u * N);
+}
+
+// Whether AttentionGroups handles head_dim d: 4, 8 or 16 vectors per row (16:
+// a head of 128 on 8-lane AVX2; the registers spill there, but each KV row is
+// still read once per group of heads instead of once per head).
+bool GroupedAttentionFits(std::int64_t d) { return d == 4 * lanes() || d == 8 * lanes() || d == 16 * lanes(); }
+
+template <int HB, class Rows>
+HWY_INLINE void AttentionGroupOfWidth(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq,
+                                      std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                                      float* out, std::int64_t i, std::int64_t h0, float* p, bool prefetch) {
+  if (d == 16 * lanes())
+    AttentionGroup<HB, 16>(q, k, v, n, hq, hkv, start, scale, causal, out, i, h0, p, prefetch);
+  else if (d == 8 * lanes())
+    AttentionGroup<HB, 8>(q, k, v, n, hq, hkv, start, scale, causal, out, i, h0, p, prefetch);
+  else
+    AttentionGroup<HB, 4>(q, k, v, n, hq, hkv, start, scale, causal, out, i, h0, p, prefetch);
+}
+
+template <class Rows>
+void AttentionGroupsT(const float* q, const Rows& k, const Rows& v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                      std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                      std::int64_t b, std::int64_t e, float* p) {
+  const std::int64_t group = hq / hkv;
+  const bool prefetch = t == 1;
+  for (std::int64_t task = b; task < e; ++task) {
+    const std::int64_t i = task / hkv, kvh = task % hkv;
+    std::int64_t g = 0;
+    for (; g + 2 <= group; g += 2)
+      AttentionGroupOfWidth<2>(q, k, v, n, hq, hkv, d, start, scale, causal, out, i, kvh * group + g, p, prefetch);
+    if (g < group)
+      AttentionGroupOfWidth<1>(q, k, v, n, hq, hkv, d, start, scale, causal, out, i, kvh * group + g, p, prefetch);
+  }
+}
+
+// The per-query attention paths, exported once per key/value type (HWY_EXPORT
+// takes plain functions): `grouped` runs tasks of t · hkv through
+// AttentionGroupsT (head_dim of 4, 8 or 16 vectors), else tasks of t · hq
+// through AttentionTasksT.
+template <class Rows>
+void AttentionRowsT(bool grouped, const float* q, const Rows& k, const Rows& v, std::int64_t t, std::int64_t n,
+                    std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                    float* out, std::int64_t b, std::int64_t e, float* p) {
+  if (grouped)
+    AttentionGroupsT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+  else
+    AttentionTasksT(q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, p);
+}
+void AttentionRows(bool grouped, const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,
+                   std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                   float* out, std::int64_t b, std::int64_t e, float* p) {
+  AttentionRowsT(grouped, q, DenseRows<float>{k, hkv, d}, DenseRows<float>{v, hkv, d}, t, n, hq, hkv, d, start,
+                 scale, causal, out, b, e, p);
+}
+void AttentionRowsF16(bool grouped, const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n,
+                      std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                      float* out, std::int64_t b, std::int64_t e, float* p) {
+  AttentionRowsT(grouped, q, DenseRows<F16>{k, hkv, d}, DenseRows<F16>{v, hkv, d}, t, n, hq, hkv, d, start, scale,
+                 causal, out, b, e, p);
+}
+void AttentionRowsI8(bool grouped, const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t,
+                     std::int64_t n, std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d,
+                     std::int64_t start, float scale, float* out, std::int64_t b, std::int64_t e, float* p) {
+  AttentionRowsT(grouped, q, I8Rows{k, ctx, d}, I8Rows{v, ctx, d}, t, n, hq, hkv, d, start, scale, /*causal=*/true,
+                 out, b, e, p);
+}
+
+// ---- blocked attention (many queries: prefill, vision) ----------------------
+// Per (query head, block of kQB queries): S = Q·Kᵀ over the visible keys with
+// K transposed per KV head (a run of keys is then one vector), softmax per row,
+// O = P·V. Register tiles: 8 queries × 2 vectors of keys for S, 4 queries × 4
+// vectors of head_dim for O; the only buffer is S, kQB × n.
+
+constexpr int kQB = 8;
+constexpr std::int64_t kMaxBlockedHeadDim = 256;
+bool BlockedAttentionFits(std::int64_t d) { return d % (4 * lanes()) == 0 && d <= kMaxBlockedHeadDim; }
+
+// kt [hkv, d, ldk] = k [n, hkv, d] transposed per KV head (columns >= n zero),
+// vh [hkv, n, d] = v with each head's rows made contiguous (in v they lie
+// hkv·d floats apart, a page apart for typical sizes: slow to stream).
+void PackKeysValues(const float* k, const float* v, std::int64_t n, std::int64_t hkv, std::int64_t d,
+                    std::int64_t ldk, float* kt, float* vh, std::int64_t h0, std::int64_t h1) {
+  for (std::int64_t h = h0; h < h1; ++h) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      float* row = kt + (h * d + c) * ldk;
+      for (std::int64_t j = 0; j < n; ++j) row[j] = k[(j * hkv + h) * d + c];
+      std::fill(row + n, row + ldk, 0.0f);
+    }
+    for (std::int64_t j = 0; j < n; ++j)
+      std::memcpy(vh + (h * n + j) * d, v + (j * hkv + h) * d, static_cast<std::size_t>(d) * sizeof(float));
+  }
+}
+
+void AttentionBlocks(const float* q, const float* kt, std::int64_t ldk, const float* vh, std::int64_t t, std::int64_t n,
+                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                     float* out, std::int64_t b, std::int64_t e, float* sbuf) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t blocks = (t + kQB - 1) / kQB;
+  const std::int64_t group = hq / hkv;
+  const VF vscale = hn::Set(df, scale);
+  for (std::int64_t task = b; task < e; ++task) {
+    const std::int64_t h = task / blocks, i0 = (task % blocks) * kQB;
+    const std::int64_t rows = std::min<std::int64_t>(kQB, t - i0);
+    const std::int64_t kvh = h / group;
+    const std::int64_t nk = causal ? std::min(n, start + i0 + rows) : n;  // keys any row of the block sees
+    const std::int64_t nk_pad = (nk + 2 * N - 1) / (2 * N) * (2 * N);     // <= ldk
+    // The block's queries transposed, qt[c · kQB + i] = q_i[c]: the S loop then
+    // broadcasts each from one address (a plain load), not through a pointer.
+    float qt[kQB * kMaxBlockedHeadDim];
+    for (int i = 0; i < kQB; ++i) {
+      const float* qi = q + ((i0 + std::min<std::int64_t>(i, rows - 1)) * hq + h) * d;
+      for (std::int64_t c = 0; c < d; ++c) qt[c * kQB + i] = qi[c];
+    }
+    const float* kh = kt + kvh * d * ldk;
+
+    for (std::int64_t j0 = 0; j0 < nk_pad; j0 += 2 * N) {  // S = Q·Kᵀ · scale
+      VF acc0[kQB], acc1[kQB];
+      for (int i = 0; i < kQB; ++i) acc0[i] = acc1[i] = hn::Zero(df);
+      for (std::int64_t c = 0; c < d; ++c) {
+        const VF k0 = hn::LoadU(df, kh + c * ldk + j0), k1 = hn::LoadU(df, kh + c * ldk + j0 + N);
+        for (int i = 0; i < kQB; ++i) {
+          const VF qv = hn::Set(df, qt[c * kQB + i]);
+          acc0[i] = hn::MulAdd(qv, k0, acc0[i]);
+          acc1[i] = hn::MulAdd(qv, k1, acc1[i]);
+        }
+      }
+      for (int i = 0; i < kQB; ++i) {
+        hn::StoreU(hn::Mul(acc0[i], vscale), df, sbuf + i * ldk + j0);
+        hn::StoreU(hn::Mul(acc1[i], vscale), df, sbuf + i * ldk + j0 + N);
+      }
+    }
+    float inv[kQB];  // softmax of each row over its visible keys (0 past them); normalized at the end
+    for (std::int64_t i = 0; i < rows; ++i) {
+      float* p = sbuf + i * ldk;
+      const std::int64_t visible = causal ? std::min(n, start + i0 + i + 1) : n;
+      inv[i] = 1.0f / ExpShiftSum(p, visible, MaxOf(p, visible));
+      std::fill(p + visible, p + nk, 0.0f);
+    }
+    for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {  // O = P·V, 4 rows × 4 vectors of d at a time
+      const std::int64_t rr = std::min<std::int64_t>(4, rows - r0);
+      const float* pr[4];
+      for (int r = 0; r < 4; ++r) pr[r] = sbuf + (r0 + std::min<std::int64_t>(r, rr - 1)) * ldk;
+      for (std::int64_t c0 = 0; c0 < d; c0 += 4 * N) {
+        // One small array per column vector: GCC keeps arrays of this size in
+        // registers, but spilled a single [4][4] array to the stack every key.
+        VF a0[4], a1[4], a2[4], a3[4];
+        for (int r = 0; r < 4; ++r) a0[r] = a1[r] = a2[r] = a3[r] = hn::Zero(df);
+        for (std::int64_t j = 0; j < nk; ++j) {
+          const float* vj = vh + (kvh * n + j) * d + c0;
+          const VF v0 = hn::LoadU(df, vj), v1 = hn::LoadU(df, vj + N), v2 = hn::LoadU(df, vj + 2 * N),
+                   v3 = hn::LoadU(df, vj + 3 * N);
+          for (int r = 0; r < 4; ++r) {
+            const VF pv = hn::Set(df, pr[r][j]);
+            a0[r] = hn::MulAdd(pv, v0, a0[r]);
+            a1[r] = hn::MulAdd(pv, v1, a1[r]);
+            a2[r] = hn::MulAdd(pv, v2, a2[r]);
+            a3[r] = hn::MulAdd(pv, v3, a3[r]);
+          }
+        }
+        for (int r = 0; r < 4; ++r) {  // a constant trip count: unrolled, the arrays stay in registers
+          if (r >= rr) break;
+          float* o = out + ((i0 + r0 + r) * hq + h) * d + c0;
+          const VF vinv = hn::Set(df, inv[r0 + r]);
+          hn::StoreU(hn::Mul(a0[r], vinv), df, o);
+          hn::StoreU(hn::Mul(a1[r], vinv), df, o + N);
+          hn::StoreU(hn::Mul(a2[r], vinv), df, o + 2 * N);
+          hn::StoreU(hn::Mul(a3[r], vinv), df, o + 3 * N);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qhx::cpu::fast
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qhx::cpu::fast {
+
+HWY_EXPORT(Lanes);
+HWY_EXPORT(GroupedAttentionFits);
+HWY_EXPORT(AttentionRows);
+HWY_EXPORT(AttentionRowsF16);
+HWY_EXPORT(AttentionRowsI8);
+HWY_EXPORT(BlockedAttentionFits);
+HWY_EXPORT(PackKeysValues);
+HWY_EXPORT(AttentionBlocks);
+
+namespace {
+
+// The per-query paths of `attention` (every causal call), for f32, f16 or 8-bit
+// keys and values (ctx: the 8-bit cache's rows per head).
+template <class T>
+void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                         std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
+                         std::int64_t ctx = 0) {
+  // A few queries: KV rows read once per group of query heads; other head sizes: per (query, head).
+  const bool grouped = HWY_DYNAMIC_DISPATCH(GroupedAttentionFits)(d);
+  const std::int64_t tasks = grouped ? t * hkv : t * hq;
+  parallel_for(tasks, grouped ? 1 : grain_for(2 * n * d), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> p;  // grows to the largest context, then is reused
+    if (p.size() < static_cast<std::size_t>(2 * std::max<std::int64_t>(n, 1)))
+      p.resize(static_cast<std::size_t>(2 * std::max<std::int64_t>(n, 1)));
+    if constexpr (std::is_same_v<T, float>)
+      HWY_DYNAMIC_DISPATCH(AttentionRows)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                          p.data());
+    else if constexpr (std::is_same_v<T, std::int8_t>)
+      HWY_DYNAMIC_DISPATCH(AttentionRowsI8)(grouped, q, k, v, t, n, ctx, hq, hkv, d, start, scale, out, b, e,
+                                            p.data());
+    else
+      HWY_DYNAMIC_DISPATCH(AttentionRowsF16)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                             p.data());
+  });
+}
+
+}  // namespace
+
+void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+               std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
+  const std::int64_t N = HWY_DYNAMIC_DISPATCH(Lanes)();
+  // Each path gives a query row the same arithmetic whatever else is in the
+  // call, but the paths differ from each other in summation order; causal
+  // attention (a decoder, whose prompt may arrive in chunks or one token at a
+  // time) therefore never switches path with t, so chunked prefill equals a
+  // single pass bit for bit. The blocked path serves many non-causal queries (vision).
+  if (!causal && t >= 8 && HWY_DYNAMIC_DISPATCH(BlockedAttentionFits)(d)) {
+    // One vector more than the keys need: a row stride of a whole number of
+    // KiB would map every row of Kᵀ to the same cache sets.
+    const std::int64_t ldk = (n + 2 * N - 1) / (2 * N) * (2 * N) + N;
+    thread_local std::vector<float> kt, vh;  // grow to the largest call, then are reused
+    if (kt.size() < static_cast<std::size_t>(hkv * d * ldk)) kt.resize(static_cast<std::size_t>(hkv * d * ldk));
+    if (vh.size() < static_cast<std::size_t>(hkv * n * d)) vh.resize(static_cast<std::size_t>(hkv * n * d));
+    float* ktp = kt.data();
+    float* vhp = vh.data();
+    parallel_for(hkv, 1, [&](std::int64_t b, std::int64_t e) {
+      HWY_DYNAMIC_DISPATCH(PackKeysValues)(k, v, n, hkv, d, ldk, ktp, vhp, b, e);
+    });
+    const std::int64_t blocks = (t + 7) / 8;
+    parallel_for(hq * blocks, 1, [&](std::int64_t b, std::int64_t e) {
+      thread_local std::vector<float> s;  // this thread's S block, 8 × ldk
+      if (s.size() < static_cast<std::size_t>(8 * ldk)) s.resize(static_cast<std::size_t>(8 * ldk));
+      HWY_DYNAMIC_DISPATCH(AttentionBlocks)(q, ktp, ldk, vhp, t, n, hq, hkv, d, start, scale, causal, out, b, e,
+                                            s.data());
+    });
+    return;
+  }
+  attention_per_query(q, k, v, t, n, hq, hkv, d, start, scale, causal, out);
+}
+
+void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
+                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
+                     float* out) {
+  attention_per_query(q, reinterpret_cast<const hwy::float16_t*>(k), reinterpret_cast<const hwy::float16_t*>(v), t,
+                      n, hq, hkv, d, start, scale, causal, out);
+}
+
+void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
+                    float* out) {
+  attention_per_query(q, k, v, t, n, hq, hkv, d, start, scale, /*causal=*/true, out, ctx);
+}
+
+}  // namespace qhx::cpu::fast
+#endif  // HWY_ONCE
