@@ -16,14 +16,18 @@ HF_HUB_OFFLINE=1 "$QHX_PY_TF5" tests/reference/build_all.py --configs tiny_a_tf5
 bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 context binaries (docs/qnn.md)
 
 # The compiler cache: the Release build fills it, and the Python package test's
-# `pip wheel` of a clone (the same sources, flags and relative layout: CLONE/build)
+# `pip wheel` of a clone (the same sources, flags and relative layout: CLONE/build, the
+# clone as deep below / as this checkout)
 # finds the library's objects there instead of compiling them again. BASEDIR=/ makes
 # the paths relative, so the two trees share entries; -Werror (the Release build's,
-# not pip's) does not change an object that compiled.
+# not pip's) does not change an object that compiled. ccache keys the compiler by the name it
+# is called by, and pip's build (scikit-build-core) takes Python's gcc/g++, so the Release
+# build names them too (CMake's default would be cc/c++, the same binaries, other keys).
 export CCACHE_DIR="${CCACHE_DIR:-$QHX_CACHE/ccache}" CCACHE_BASEDIR=/ CCACHE_IGNOREOPTIONS=-Werror \
   CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
 echo "== [${SECONDS} s] build (Release)"
-bash scripts/build.sh build -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+bash scripts/build.sh build -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 echo "== [${SECONDS} s] qnn-htp bundles of the tiny checkpoints (qhx_export --target qnn-htp; cached)"
 bash scripts/qnn_bundles.sh build
 echo "== [${SECONDS} s] C++ tests (Release)"

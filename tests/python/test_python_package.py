@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -68,13 +69,43 @@ def _source_key(clone: Path) -> str:
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:24]
 
 
+def _clone_at_the_repositorys_depth(work: Path) -> tuple[Path, Path | None]:
+    """A fresh folder for the clone, as many levels below / as REPO_ROOT.
+
+    With CCACHE_BASEDIR=/ the compiler cache keys system headers by their path relative to
+    the build folder (../../usr/include/...), so the clone's objects match the Release
+    build's only when CLONE/build is as deep as REPO_ROOT/build. pytest's temporary folders
+    are deeper than most checkouts; a folder under the system's temporary directory, padded
+    to that depth, is used instead. Returns the clone's path and that folder (the caller
+    removes it), or a path in `work` and None when no temporary folder is shallow enough."""
+    depth = len(REPO_ROOT.parts)
+    base = Path(tempfile.mkdtemp(prefix="qhx-pypkg-"))
+    if len(base.parts) > depth:  # a checkout right under /: no folder is shallow enough
+        shutil.rmtree(base)
+        return work / "src", None
+    clone = base
+    while len(clone.parts) < depth:
+        clone = clone / "d"
+    return clone, base
+
+
 @pytest.fixture(scope="module")
-def venv_python(tmp_path_factory) -> Path:
+def venv_python(tmp_path_factory):
     for what in (CHECKPOINT / "config.json", IMAGE):
         if not what.exists():
             pytest.fail(f"{what} not found: run tests/reference/build_all.py (scripts/test.sh does)")
     work = tmp_path_factory.mktemp("pypkg")
-    clone = work / "src"
+    clone, clone_base = _clone_at_the_repositorys_depth(work)
+    try:
+        yield _build_and_install(work, clone)
+    finally:
+        if clone_base is not None:
+            shutil.rmtree(clone_base, ignore_errors=True)
+
+
+def _build_and_install(work: Path, clone: Path) -> Path:
+    """Clones HEAD into `clone`, builds (or takes from the cache) its wheel and installs it
+    into a fresh venv in `work`; returns that venv's interpreter."""
     _run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO_ROOT), str(clone)])
     wheels = cache_dir() / "python-wheels" / _source_key(clone)
     found = sorted(wheels.glob("qhexrt-*.whl")) if wheels.is_dir() else []
