@@ -318,7 +318,11 @@ int main(int argc, char** argv) {
 
     {  // VLM manifest: load, vision encode and TTFT of "Describe this image." with the image.
       log("open " + vlm_manifest.string());
-      qhx::Pipeline p = qhx::Pipeline::open(vlm_manifest);
+      // Without the image-feature cache: every run encodes the image again (with it, runs
+      // after the first would take the features from the cache and time no vision at all).
+      qhx::PipelineOptions no_image_cache;
+      no_image_cache.image_cache_mb = 0;
+      qhx::Pipeline p = qhx::Pipeline::open(vlm_manifest, no_image_cache);
       load_ms = p.load_ms();
       warm_up(p);
       for (int r = 0; r < runs; ++r) {
@@ -329,6 +333,8 @@ int main(int argc, char** argv) {
         req.max_new_tokens = 1;
         req.sampling = g;
         const auto res = p.generate(req);
+        if (res.timings.image_cache_hits != 0 || res.timings.image_tokens == 0)
+          throw std::runtime_error("qhx_bench: run " + std::to_string(r + 1) + " did not encode the image");
         vision_ms.push_back(res.timings.vision_ms);
         ttft_ms.push_back(res.timings.ttft_ms);
         image_tokens = res.timings.image_tokens;
