@@ -14,7 +14,8 @@ tree. Checked on the tiny reference checkpoint tiny_a against qhx_generate:
   raise qhexrt.Error with the runtime's message.
 
 The wheel build compiles libqhexrt.so from scratch (about 25 minutes at -j1 on a 2-core
-machine, ~8 at -j2), so the wheel is cached in $QHX_CACHE/python-wheels/<hash of HEAD's
+machine, ~8 at -j2; ~20 s when scripts/test.sh's compiler cache holds the Release build's
+objects), so the wheel is cached in $QHX_CACHE/python-wheels/<hash of HEAD's
 files but tests/ and docs/>/ and rebuilt only when they change (QHX_PY_WHEEL_REBUILD=1 forces it).
 CMAKE_BUILD_PARALLEL_LEVEL, if set, bounds the build's jobs.
 """
