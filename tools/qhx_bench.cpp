@@ -409,21 +409,25 @@ int main(int argc, char** argv) {
         p.emplace(open_long_context(text_manifest, long_context + decode_steps + 8, kv));
         warm_up(*p);
         const std::int32_t forced = p->tokenizer().encode(" word").at(0);
-        std::vector<double> pre_ms, dec_long, dec_short, ratios;
+        const auto run_at = [&](int r, std::int64_t ctx_len, const std::string& prompt) {
+          const auto res = forced_decode(*p, prompt, forced);
+          log("run " + std::to_string(r + 1) + ": kv " + kv + ", context " + std::to_string(ctx_len) + ", prefill " +
+              std::to_string(res.timings.prefill_ms) + " ms, decode " +
+              std::to_string(res.timings.decode_ms_per_token) + " ms/token");
+          return res.timings;
+        };
         const std::string prompt_long = prompt_of(p->tokenizer(), long_context);
         const std::string prompt_short = prompt_of(p->tokenizer(), 512);
+        std::vector<double> pre_ms, dec_long, dec_short, ratios;
         // Alternating pairs: the host's bandwidth drifts from minute to minute, so each
         // run's two contexts are measured back to back and their ratio taken per pair.
         for (int r = 0; r < runs; ++r) {
-          for (const std::int64_t ctx_len : {long_context, std::int64_t{512}}) {
-            const auto res = forced_decode(*p, ctx_len == long_context ? prompt_long : prompt_short, forced);
-            if (ctx_len == long_context) pre_ms.push_back(res.timings.prefill_ms);
-            (ctx_len == long_context ? dec_long : dec_short).push_back(res.timings.decode_ms_per_token);
-            log("run " + std::to_string(r + 1) + ": kv " + kv + ", context " + std::to_string(ctx_len) + ", prefill " +
-                std::to_string(res.timings.prefill_ms) + " ms, decode " +
-                std::to_string(res.timings.decode_ms_per_token) + " ms/token");
-          }
-          ratios.push_back(dec_short.back() / dec_long.back());
+          const auto at_long = run_at(r, long_context, prompt_long);
+          const auto at_short = run_at(r, 512, prompt_short);
+          pre_ms.push_back(at_long.prefill_ms);
+          dec_long.push_back(at_long.decode_ms_per_token);
+          dec_short.push_back(at_short.decode_ms_per_token);
+          ratios.push_back(at_short.decode_ms_per_token / at_long.decode_ms_per_token);
         }
         // A step at context N reads every weight once and the cache's rows of every layer, key and value.
         const double row_bytes = kv == "i8" ? hd + 4 : 2 * hd;
