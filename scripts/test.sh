@@ -42,7 +42,7 @@ bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQHX_SANITIZ
 echo "== [${SECONDS} s] C++ tests (ASan + UBSan), with every fuzz target's seeds and regression inputs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2
-echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=20} s, two at a time"
+echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=10} s, two at a time"
 bash scripts/fuzz_all.sh "$QHX_CI_FUZZ_SECONDS" 2
 
 echo "== [${SECONDS} s] the toy model: a tiny Qwen3-VL trained on its synthetic task (scripts/toy_train.py; cached)"
