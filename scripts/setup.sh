@@ -135,6 +135,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The transformers 5.x line, for the _tf5 reference configs (tests/reference/README.md): its own
+# venv, every package pinned in scripts/requirements-ref-tf5.txt; torch==2.13.0 from the disk again.
+# It installs in the background beside the main venv and the npm fetches (all three wait on the
+# network, not the CPU); its log is printed if it fails, and setup fails with it.
+tf5_pid=""
+if [ "$demo" = 0 ]; then
+  tf5_log="$(mktemp "${TMPDIR:-/tmp}/qhx_setup_tf5.XXXXXX")"
+  (
+    set -euo pipefail
+    [ -x "$QHX_PY_TF5" ] || python3 -m venv "$QHX_VENV_TF5"
+    if ! "$QHX_PY_TF5" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref-tf5.txt") >/dev/null; then
+      echo "setup: pip install -r scripts/requirements-ref-tf5.txt into $QHX_VENV_TF5"
+      "$QHX_PY_TF5" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref-tf5.txt"
+    fi
+  ) >"$tf5_log" 2>&1 &
+  tf5_pid=$!
+  trap '[ -n "$tf5_pid" ] && kill "$tf5_pid" 2>/dev/null; rm -f "$tf5_log"' EXIT  # setup failed before the wait
+fi
+
 if [ ! -x "$QHX_PY" ]; then
   python3 -m venv "$QHX_VENV"
 fi
@@ -142,18 +161,6 @@ fi
 if ! "$QHX_PY" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref.txt") >/dev/null; then
   echo "setup: pip install -r scripts/requirements-ref.txt"
   "$QHX_PY" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref.txt"
-fi
-
-if [ "$demo" = 0 ]; then
-# The transformers 5.x line, for the _tf5 reference configs (tests/reference/README.md): its own
-# venv, every package pinned in scripts/requirements-ref-tf5.txt; torch==2.13.0 from the disk again.
-if [ ! -x "$QHX_PY_TF5" ]; then
-  python3 -m venv "$QHX_VENV_TF5"
-fi
-if ! "$QHX_PY_TF5" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref-tf5.txt") >/dev/null; then
-  echo "setup: pip install -r scripts/requirements-ref-tf5.txt into $QHX_VENV_TF5"
-  "$QHX_PY_TF5" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref-tf5.txt"
-fi
 fi
 
 bash "$QHX_ROOT/scripts/fetch_tokenizer.sh"
@@ -188,4 +195,10 @@ else
 fi
 # --- end of Unicode data -----------------------------------------------------
 
+if [ -n "$tf5_pid" ]; then
+  tf5_rc=0; wait "$tf5_pid" || tf5_rc=$?
+  tf5_pid=""
+  cat "$tf5_log"
+  [ "$tf5_rc" = 0 ] || { echo "setup: the transformers 5.x venv ($QHX_VENV_TF5) failed to install (exit $tf5_rc)" >&2; exit 1; }
+fi
 echo "setup: done"
