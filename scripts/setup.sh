@@ -135,33 +135,29 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The transformers 5.x line, for the _tf5 reference configs (tests/reference/README.md): its own
-# venv, every package pinned in scripts/requirements-ref-tf5.txt; torch==2.13.0 from the disk again.
-# It installs in the background beside the main venv and the npm fetches (all three wait on the
-# network, not the CPU); its log is printed if it fails, and setup fails with it.
+# A venv at $1 holding exactly the pins of requirements file $2 (pip freeze compared with it);
+# torch==2.13.0 comes from this machine's disk (CPU build), every other pin from PyPI.
+ensure_venv() {
+  local venv=$1 reqs=$2
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  if ! "$venv/bin/python" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/$reqs") >/dev/null; then
+    echo "setup: pip install -r $reqs into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/$reqs"
+  fi
+}
+
+# The transformers 5.x line, for the _tf5 reference configs (tests/reference/README.md), in its own
+# venv. It installs in the background beside the main venv and the npm fetches, which spend much
+# of their time waiting on downloads; its log is printed after, and setup fails if it failed.
 tf5_pid=""
 if [ "$demo" = 0 ]; then
   tf5_log="$(mktemp "${TMPDIR:-/tmp}/qhx_setup_tf5.XXXXXX")"
-  (
-    set -euo pipefail
-    [ -x "$QHX_PY_TF5" ] || python3 -m venv "$QHX_VENV_TF5"
-    if ! "$QHX_PY_TF5" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref-tf5.txt") >/dev/null; then
-      echo "setup: pip install -r scripts/requirements-ref-tf5.txt into $QHX_VENV_TF5"
-      "$QHX_PY_TF5" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref-tf5.txt"
-    fi
-  ) >"$tf5_log" 2>&1 &
+  ( set -euo pipefail; ensure_venv "$QHX_VENV_TF5" scripts/requirements-ref-tf5.txt ) >"$tf5_log" 2>&1 &
   tf5_pid=$!
   trap '[ -n "$tf5_pid" ] && kill "$tf5_pid" 2>/dev/null; rm -f "$tf5_log"' EXIT  # setup failed before the wait
 fi
 
-if [ ! -x "$QHX_PY" ]; then
-  python3 -m venv "$QHX_VENV"
-fi
-# torch==2.13.0 comes from this machine's disk (CPU build); every other pin from PyPI.
-if ! "$QHX_PY" -m pip freeze 2>/dev/null | sed 's/+cpu//' | sort | diff -q - <(sort "$QHX_ROOT/scripts/requirements-ref.txt") >/dev/null; then
-  echo "setup: pip install -r scripts/requirements-ref.txt"
-  "$QHX_PY" -m pip install -q --disable-pip-version-check -r "$QHX_ROOT/scripts/requirements-ref.txt"
-fi
+ensure_venv "$QHX_VENV" scripts/requirements-ref.txt
 
 bash "$QHX_ROOT/scripts/fetch_tokenizer.sh"
 # --- Unicode data for the tokenizer ------------------------------------------
