@@ -28,9 +28,11 @@ struct Shape {
 };
 
 // Odd sizes: blocks of queries that do not fill kAttentionBlock, keys that fill
-// no panel, head sizes that are not a multiple of 4, grouped heads.
-const Shape kShapes[] = {{1, 1, 1, 1, 1},    {3, 7, 2, 1, 5},   {9, 9, 3, 3, 64},  {49, 33, 2, 2, 64},
-                         {20, 100, 4, 2, 72}, {50, 17, 1, 1, 16}, {97, 130, 2, 2, 64}};
+// no panel, head sizes that are not a multiple of 4, grouped heads; the last two
+// give both products whole AMX tiles (keys and head size multiples of 64).
+const Shape kShapes[] = {{1, 1, 1, 1, 1},     {3, 7, 2, 1, 5},     {9, 9, 3, 3, 64},   {49, 33, 2, 2, 64},
+                         {20, 100, 4, 2, 72}, {50, 17, 1, 1, 16},  {97, 130, 2, 2, 64}, {64, 128, 2, 1, 64},
+                         {100, 256, 2, 2, 64}};
 
 std::vector<float> random(std::size_t n, float sd, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, sd);

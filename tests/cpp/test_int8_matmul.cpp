@@ -25,8 +25,12 @@ struct Case {
   int m, n, k;
 };
 
-const Case kCases[] = {{1, 1, 1},   {1, 16, 64},  {2, 17, 3},   {3, 33, 7},   {5, 50, 130},
-                       {8, 48, 96}, {9, 49, 101}, {17, 5, 256}, {1, 100, 2048}, {20, 70, 36}};
+// The last five are AMX tile shapes (columns a multiple of 64, 16 rows or more):
+// 2 x 2, 2 x 1, 1 x 2 and 1 x 1 blocks of 16 x 16 tiles, partial panels, rows
+// past the last whole 16 (which take the VNNI code) and a long sum.
+const Case kCases[] = {{1, 1, 1},    {1, 16, 64},   {2, 17, 3},    {3, 33, 7},     {5, 50, 130},
+                       {8, 48, 96},  {9, 49, 101},  {17, 5, 256},  {1, 100, 2048}, {20, 70, 36},
+                       {16, 16, 64}, {48, 40, 128}, {37, 33, 192}, {64, 64, 1024}, {33, 100, 320}};
 
 struct Data {
   std::vector<float> x, b, sw;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -122,20 +123,22 @@ const Int8Kernel& int8_kernel_portable() { return kPortable; }
 
 std::vector<const Int8Kernel*> int8_kernels_available() {
   std::vector<const Int8Kernel*> out{&kPortable};
-  if (const Int8Kernel* k = int8_kernel_avx512vnni()) out.push_back(k);
-  if (const Int8Kernel* k = int8_kernel_avx2()) out.push_back(k);
-  if (const Int8Kernel* k = int8_kernel_neon_dotprod()) out.push_back(k);
+  for (const Int8Kernel* k : {int8_kernel_amx(), int8_kernel_avx512vnni(), int8_kernel_avx2(), int8_kernel_neon_dotprod()})
+    if (k != nullptr) out.push_back(k);
   return out;
 }
 
 const Int8Kernel& int8_kernel_best() {
   static const Int8Kernel& best = []() -> const Int8Kernel& {
+    const std::vector<const Int8Kernel*> all = int8_kernels_available();  // portable first, then best first
     const char* env = std::getenv("QHX_INT8_KERNEL");
-    if (env != nullptr && std::string_view(env) == "portable") return kPortable;
-    if (const Int8Kernel* k = int8_kernel_avx512vnni()) return *k;
-    if (const Int8Kernel* k = int8_kernel_avx2()) return *k;
-    if (const Int8Kernel* k = int8_kernel_neon_dotprod()) return *k;
-    return kPortable;
+    if (env == nullptr || *env == '\0') return all.size() > 1 ? *all[1] : *all[0];
+    std::string names;
+    for (const Int8Kernel* k : all) {
+      if (std::string_view(env) == k->name) return *k;
+      names += std::string(names.empty() ? "" : ", ") + k->name;
+    }
+    fail("QHX_INT8_KERNEL=", env, " names no int8 kernel this CPU runs (it runs: ", names, ")");
   }();
   return best;
 }
@@ -283,13 +286,14 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
   // decode loop allocates nothing here.
   thread_local std::vector<std::uint8_t> q;
   thread_local std::vector<float> sx;
-  if (q.size() < static_cast<std::size_t>(m * ldq)) q.resize(static_cast<std::size_t>(m * ldq));
+  if (q.size() < static_cast<std::size_t>(m * ldq + 64)) q.resize(static_cast<std::size_t>(m * ldq + 64));
   if (sx.size() < static_cast<std::size_t>(m)) sx.resize(static_cast<std::size_t>(m));
   const std::int64_t rows_per_task = std::max<std::int64_t>(1, 64 / std::max<std::int64_t>(1, m));
   thread_local std::vector<std::int32_t> xsum;  // w4: [m, groups]
   if (xsum.size() < static_cast<std::size_t>(m * w.groups)) xsum.resize(static_cast<std::size_t>(m * w.groups));
   // (The buffers are this thread's: workers get their pointers, not their own thread_locals.)
-  std::uint8_t* qp = q.data();
+  // Rows on cache lines (AMX reads 64-byte rows; a split row costs two loads).
+  std::uint8_t* qp = q.data() + (64 - reinterpret_cast<std::uintptr_t>(q.data()) % 64) % 64;
   float* sp = sx.data();
   std::int32_t* xs = xsum.data();
   parallel_for(m, rows_per_task, [&](std::int64_t b, std::int64_t e) {

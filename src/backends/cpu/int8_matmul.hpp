@@ -111,7 +111,9 @@ struct Int8Kernel {
 // Plain C++ over the packed layout, any CPU (P = 16, signed activations).
 const Int8Kernel& int8_kernel_portable();
 // The best implementation this CPU runs (chosen once, at the first call):
-// AVX-512 VNNI, NEON dotprod, else the portable one. QHX_INT8_KERNEL=portable forces that.
+// AMX, AVX-512 VNNI, AVX2, NEON dotprod, else the portable one.
+// QHX_INT8_KERNEL=NAME picks another one this CPU runs by its name (e.g.
+// avx512vnni beside amx, for a before/after figure); an unknown name is an error.
 const Int8Kernel& int8_kernel_best();
 // Every implementation this CPU can run (for the shared kernel suite).
 std::vector<const Int8Kernel*> int8_kernels_available();
@@ -145,6 +147,7 @@ void for_each_tile(std::int64_t m, std::int64_t p0, std::int64_t p1, std::int64_
 }
 
 // Per-ISA kernels (their own files); nullptr where this build or CPU lacks them.
+const Int8Kernel* int8_kernel_amx();  // its m = 1 and edge rows run avx512vnni's code
 const Int8Kernel* int8_kernel_avx512vnni();
 const Int8Kernel* int8_kernel_avx2();
 const Int8Kernel* int8_kernel_neon_dotprod();
