@@ -1,10 +1,14 @@
 // The CPU thread pool (src/backends/cpu/thread_pool): parallel_for covers
 // [0, n) exactly once in contiguous chunks, for any thread count, grain and n;
 // nested and concurrent calls run serially; exceptions reach the caller.
+// parallel_for_pieces calls exactly the pieces [k·piece, (k + 1)·piece) ∩ [0, n),
+// whatever the threads, and a thread that is held up leaves its pieces to the others.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <utility>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -114,6 +118,78 @@ TEST_F(ThreadPool, ExceptionsReachTheCaller) {
                std::runtime_error);
   // The pool still works afterwards.
   expect_covered_once(100, 1);
+}
+
+// The pieces a call made, as sorted (begin, end) pairs, and each index's hits.
+void expect_exact_pieces(std::int64_t n, std::int64_t piece) {
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+  std::mutex mu;
+  std::vector<std::pair<std::int64_t, std::int64_t>> got;
+  parallel_for_pieces(n, piece, [&](std::int64_t b, std::int64_t e) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      got.emplace_back(b, e);
+    }
+    for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+  });
+  std::sort(got.begin(), got.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> want;
+  for (std::int64_t b = 0; b < n; b += piece) want.emplace_back(b, std::min(n, b + piece));
+  EXPECT_EQ(got, want) << "n=" << n << " piece=" << piece << " threads=" << num_threads();
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+}
+
+TEST_F(ThreadPool, PiecesHaveFixedBoundsForAnyThreadCount) {
+  for (const int t : {1, 2, 3, 7}) {
+    set_threads(t);
+    for (const std::int64_t n : {0, 1, 2, 5, 16, 17, 100, 1000})
+      for (const std::int64_t piece : {1, 3, 16, 64, 5000}) expect_exact_pieces(n, piece);
+  }
+}
+
+TEST_F(ThreadPool, AHeldUpThreadLeavesItsPiecesToTheOthers) {
+  set_threads(2);
+  // The caller holds its piece until the other thread has run every other
+  // piece (which first waits for the caller to hold one): with one fixed chunk
+  // per thread, half the pieces would wait for the caller.
+  constexpr std::int64_t kPieces = 8;
+  std::atomic<int> others{0};
+  std::atomic<bool> caller_holds{false};
+  const auto caller = std::this_thread::get_id();
+  std::vector<std::thread::id> who(kPieces);
+  parallel_for_pieces(kPieces, 1, [&](std::int64_t b, std::int64_t) {
+    who[static_cast<std::size_t>(b)] = std::this_thread::get_id();
+    if (std::this_thread::get_id() == caller) {
+      caller_holds = true;
+      for (int spin = 0; spin < 20000000 && others.load() < kPieces - 1; ++spin) std::this_thread::yield();
+      return;
+    }
+    for (int spin = 0; spin < 20000000 && !caller_holds.load(); ++spin) std::this_thread::yield();
+    others.fetch_add(1);
+  });
+  EXPECT_EQ(others.load(), kPieces - 1);
+  EXPECT_EQ(std::count(who.begin(), who.end(), caller), 1);
+}
+
+TEST_F(ThreadPool, NestedPiecesRunSeriallyWithTheSameBounds) {
+  set_threads(3);
+  std::atomic<int> bad{0};
+  parallel_for(6, [&](std::int64_t, std::int64_t) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> got;
+    parallel_for_pieces(10, 4, [&](std::int64_t b, std::int64_t e) { got.emplace_back(b, e); });
+    const std::vector<std::pair<std::int64_t, std::int64_t>> want{{0, 4}, {4, 8}, {8, 10}};
+    if (got != want) bad.fetch_add(1);
+  });
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST_F(ThreadPool, ExceptionsInPiecesReachTheCaller) {
+  set_threads(2);
+  EXPECT_THROW(parallel_for_pieces(9, 2, [](std::int64_t b, std::int64_t) {
+                 if (b == 4) throw std::runtime_error("piece");
+               }),
+               std::runtime_error);
+  expect_exact_pieces(100, 7);
 }
 
 }  // namespace

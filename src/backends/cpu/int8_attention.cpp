@@ -134,8 +134,9 @@ void attention_i8(const Int8Kernel& kernel, const float* q, const float* k, cons
   const float scale2 = scale * kLog2e;
   const std::int64_t ldq = (d + 63) / 64 * 64;  // Q rows (d columns, padded to whole 4-column groups and lines)
   const std::int64_t ldp = (n + 63) / 64 * 64;  // P rows
-  // A head's work is ~4·t·n·d multiply-adds: heads are the unit of parallelism.
-  parallel_for(hq, 1, [&](std::int64_t h0, std::int64_t h1) {
+  // A head's work is ~4·t·n·d multiply-adds: heads are the unit of parallelism,
+  // taken one at a time as threads come free.
+  parallel_for_pieces(hq, 1, [&](std::int64_t h0, std::int64_t h1) {
     // Each thread's scratch lives as long as the thread and only grows: fresh
     // pages per call would cost page faults, and unmapping them TLB shootdowns
     // that stall the other threads.

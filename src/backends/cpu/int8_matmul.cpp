@@ -301,15 +301,26 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
     if (w.bits == 4)
       for (std::int64_t i = b; i < e; ++i) group_sums(qp + i * ldq, w.groups, xs + i * w.groups);
   });
-  // About 64k multiply-adds per chunk at least, so a chunk is worth a hand-off.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, m * w.cols * w.panel));
   const auto gemm_w4 = k.gemm_w4 != nullptr ? k.gemm_w4 : gemm_w4_portable;
-  parallel_for(w.panels, grain, [&](std::int64_t b, std::int64_t e) {
+  const auto panels = [&](std::int64_t b, std::int64_t e) {
     if (w.bits == 4)
       gemm_w4(qp, ldq, m, sp, xs, w, bias, y, w.rows, b, e);
     else
       k.gemm(qp, ldq, m, sp, w, bias, y, w.rows, b, e);
-  });
+  };
+  if (m == 1) {
+    // Decode streams the weights: one contiguous run of panels per thread. About
+    // 64k multiply-adds per chunk at least, so a chunk is worth a hand-off.
+    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, w.cols * w.panel));
+    parallel_for(w.panels, grain, panels);
+    return;
+  }
+  // Several rows: pieces of about 256 KiB of panels (the kernels' L2 block),
+  // an even number so AMX's pairs of panels stay whole, shared out as threads
+  // come free (thread_pool.hpp: parallel_for_pieces).
+  const std::int64_t panel_bytes = w.bits == 4 ? w.groups * 256 : w.k4 * w.panel * 4;
+  const std::int64_t piece = std::max<std::int64_t>(2, (std::int64_t{256} << 10) / std::max<std::int64_t>(1, panel_bytes) / 2 * 2);
+  parallel_for_pieces(w.panels, piece, panels);
 }
 
 }  // namespace qhx::cpu

@@ -46,19 +46,24 @@ class Pool {
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
 
-  void run(std::int64_t n, std::int64_t grain, detail::ChunkFn call, void* ctx) {
+  void run(std::int64_t n, std::int64_t grain, std::int64_t piece, detail::ChunkFn call, void* ctx) {
     if (n <= 0) return;
     grain = std::max<std::int64_t>(1, grain);
-    const std::int64_t max_chunks = std::max<std::int64_t>(1, n / grain);
+    const std::int64_t max_chunks = piece > 0 ? (n + piece - 1) / piece : std::max<std::int64_t>(1, n / grain);
     std::unique_lock<std::mutex> busy(call_mu_, std::try_to_lock);
     const std::int64_t chunks = std::min<std::int64_t>(threads(), max_chunks);
     if (chunks <= 1 || !busy.owns_lock() || t_in_pool_job) {  // serial: small, nested or concurrent
-      call(ctx, 0, n);
+      if (piece > 0)
+        for (std::int64_t b = 0; b < n; b += piece) call(ctx, b, std::min(n, b + piece));
+      else
+        call(ctx, 0, n);
       return;
     }
     start_workers();
     n_ = n;
     chunks_ = chunks;
+    piece_ = piece;
+    next_piece_.store(0, std::memory_order_relaxed);
     call_ = call;
     ctx_ = ctx;
     error_ = nullptr;
@@ -72,7 +77,10 @@ class Pool {
     std::exception_ptr mine;
     t_in_pool_job = true;
     try {
-      call(ctx, 0, n / chunks);
+      if (piece > 0)
+        run_pieces();
+      else
+        call(ctx, 0, n / chunks);
     } catch (...) {
       mine = std::current_exception();
     }
@@ -88,6 +96,17 @@ class Pool {
   }
 
  private:
+  // Takes pieces until none is left (an exception stops this thread's share;
+  // the others finish theirs).
+  void run_pieces() {
+    for (;;) {
+      const std::int64_t k = next_piece_.fetch_add(1, std::memory_order_relaxed);
+      const std::int64_t begin = k * piece_;
+      if (begin >= n_) return;
+      call_(ctx_, begin, std::min(n_, begin + piece_));
+    }
+  }
+
   void start_workers() {
     const int t = threads();
     if (!workers_.empty() || t <= 1) return;
@@ -127,7 +146,10 @@ class Pool {
         const std::int64_t end = n_ * (index + 1) / chunks_;
         t_in_pool_job = true;
         try {
-          call_(ctx_, begin, end);
+          if (piece_ > 0)
+            run_pieces();
+          else
+            call_(ctx_, begin, end);
         } catch (...) {
           std::lock_guard<std::mutex> lk(mu_);
           if (!error_) error_ = std::current_exception();
@@ -152,7 +174,8 @@ class Pool {
   bool stop_ = false;
 
   // The current job (written before generation_ is bumped, read after).
-  std::int64_t n_ = 0, chunks_ = 0;
+  std::int64_t n_ = 0, chunks_ = 0, piece_ = 0;
+  std::atomic<std::int64_t> next_piece_{0};
   detail::ChunkFn call_ = nullptr;
   void* ctx_ = nullptr;
   std::exception_ptr error_;
@@ -169,7 +192,9 @@ void set_threads(int n) { pool().set_threads(n); }
 int num_threads() { return pool().threads(); }
 
 namespace detail {
-void parallel_run(std::int64_t n, std::int64_t grain, ChunkFn call, void* ctx) { pool().run(n, grain, call, ctx); }
+void parallel_run(std::int64_t n, std::int64_t grain, std::int64_t piece, ChunkFn call, void* ctx) {
+  pool().run(n, grain, piece, call, ctx);
+}
 }  // namespace detail
 
 }  // namespace qhx::cpu
