@@ -144,12 +144,18 @@ void attention_i8(const Int8Kernel& kernel, const float* q, const float* k, cons
     sc.grow(kAttentionBlock * d, kAttentionBlock * ldq, kAttentionBlock * n, kAttentionBlock * ldp);
     for (std::int64_t h = h0; h < h1; ++h) {
       const std::int64_t g = h / group;
-      quantize_kv(k + g * d, v + g * d, n, d, hkv * d, kernel.quantize, sc.kv);
-      // pack_i8_into's own parallel_for runs serially here, inside a worker.
-      pack_i8_into(WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(sc.kv.qk.data()), sc.kv.sk.data(), n, d),
-                   kernel, sc.kp);
-      pack_i8_into(WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(sc.kv.qv.data()), sc.kv.sv.data(), d, n),
-                   kernel, sc.vp);
+      if (kernel.pack_kv != nullptr && d % 4 == 0) {
+        shape_i8(n, d, kernel, sc.kp);
+        shape_i8(d, n, kernel, sc.vp);
+        kernel.pack_kv(k + g * d, v + g * d, n, d, hkv * d, sc.kp, sc.vp);
+      } else {
+        quantize_kv(k + g * d, v + g * d, n, d, hkv * d, kernel.quantize, sc.kv);
+        // pack_i8_into's own parallel_for runs serially here, inside a worker.
+        pack_i8_into(WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(sc.kv.qk.data()), sc.kv.sk.data(), n, d),
+                     kernel, sc.kp);
+        pack_i8_into(WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(sc.kv.qv.data()), sc.kv.sv.data(), d, n),
+                     kernel, sc.vp);
+      }
       for (std::int64_t i0 = 0; i0 < t; i0 += kAttentionBlock) {
         const std::int64_t rows = t - i0 < kAttentionBlock ? t - i0 : kAttentionBlock;
         gather(q + (i0 * hq + h) * d, rows, d, hq * d, sc.qrows.data());

@@ -115,7 +115,7 @@ void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, c
   }
 }
 
-const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row};
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row, nullptr};
 
 }  // namespace
 
@@ -208,28 +208,33 @@ std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel&
   return out;
 }
 
-void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out) {
-  if (w.dtype != DType::I8 || w.scales == nullptr)
-    fail("pack_i8: a ", weight_format_name(w), " matrix is neither w8 nor w4");
-  if (w.cols > kInt8MaxCols)
-    fail("pack_i8: ", w.cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
+void shape_i8(std::int64_t rows, std::int64_t cols, const Int8Kernel& kernel, PackedI8& out) {
+  if (cols > kInt8MaxCols) fail("pack_i8: ", cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
   const int P = kernel.panel;
-  const bool reuse = out.data != nullptr && out.bits == 8 && out.kernel == &kernel && out.rows == w.rows &&
-                     out.cols == w.cols;
-  out.rows = w.rows;
-  out.cols = w.cols;
-  out.k4 = (w.cols + 3) / 4;
-  out.panels = (w.rows + P - 1) / P;
+  const bool reuse =
+      out.data != nullptr && out.bits == 8 && out.kernel == &kernel && out.rows == rows && out.cols == cols;
+  out.rows = rows;
+  out.cols = cols;
+  out.k4 = (cols + 3) / 4;
+  out.panels = (rows + P - 1) / P;
   out.panel = P;
   out.kernel = &kernel;
   out.bits = 8;
   out.groups = 0;
+  out.scales_bf16 = nullptr;
   const std::int64_t padded_rows = out.panels * P;
   if (!reuse) {
     out.data = aligned_array<std::int8_t>(padded_rows * out.k4 * 4);
     out.row_sums = aligned_array<std::int32_t>(padded_rows);
     out.scales = aligned_array<float>(padded_rows);
   }
+}
+
+void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out) {
+  if (w.dtype != DType::I8 || w.scales == nullptr)
+    fail("pack_i8: a ", weight_format_name(w), " matrix is neither w8 nor w4");
+  shape_i8(w.rows, w.cols, kernel, out);
+  const int P = kernel.panel;
   const auto* src = static_cast<const std::int8_t*>(w.data);
   std::int8_t* dst = out.data.get();
   std::int32_t* sums = out.row_sums.get();

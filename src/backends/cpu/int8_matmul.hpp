@@ -106,6 +106,13 @@ struct Int8Kernel {
   // The softmax step of int8 attention (int8_attention.hpp), bit for bit:
   // softmax_q8_row itself or a vectorized one.
   std::int32_t (*softmax_q8)(const float* s, std::int64_t n, std::int64_t ldp, int offset, std::uint8_t* p);
+  // Int8 attention's per-head step, bit for bit (null: the portable one in
+  // int8_attention.cpp): K [n, d] (rows `stride` floats apart) quantized per
+  // key and V per channel (int8_attention.hpp), written into kp (K as an
+  // [n, d] w8 matrix) and vp (V as [d, n]), both already shaped by shape_i8.
+  // Called only with d % 4 == 0.
+  void (*pack_kv)(const float* k, const float* v, std::int64_t n, std::int64_t d, std::int64_t stride, PackedI8& kp,
+                  PackedI8& vp);
 };
 
 // Plain C++ over the packed layout, any CPU (P = 16, signed activations).
@@ -120,6 +127,10 @@ std::vector<const Int8Kernel*> int8_kernels_available();
 
 // Repacks w (a w8 or w4 matrix) for `kernel`. Throws qhx::Error if w is neither or too wide.
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel);
+// Sets out's shape for a [rows, cols] w8 matrix in `kernel`'s panels and sizes
+// its arrays (reusing them when they already fit that shape), leaving their
+// contents to the caller. Throws qhx::Error past kInt8MaxCols.
+void shape_i8(std::int64_t rows, std::int64_t cols, const Int8Kernel& kernel, PackedI8& out);
 // pack_i8 of a w8 matrix into `out`, reusing its arrays when it already holds a
 // matrix of the same shape for the same kernel (int8 attention packs K and V
 // of every head into the same buffers).

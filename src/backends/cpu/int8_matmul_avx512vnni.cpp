@@ -14,6 +14,7 @@
 #include "backends/cpu/int8_matmul.hpp"
 
 #include "backends/cpu/int8_attention.hpp"
+#include "qhexrt/error.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -197,6 +198,98 @@ void quantize(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, 
     }
     std::memset(qr + k, offset, static_cast<std::size_t>(ldq - k));
   }
+}
+
+// 16 lanes of x · inv as quantize() rounds them: half to even, NaN to 0, ±127.
+inline __m512i quantize16(__m512 x, __m512 inv) {
+  __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+  return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f)));
+}
+
+inline __mmask16 first_lanes(std::int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+// The lines of one head's row [0, bytes) that many rows ahead: a head's rows
+// are a whole token apart (hkv · d floats), too far for the hardware
+// prefetchers, and from L3 each row's first load would otherwise wait.
+inline void prefetch_row(const float* r, std::int64_t bytes) {
+  for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(r) + b, _MM_HINT_T0);
+}
+
+// Int8Kernel::pack_kv: the portable quantize_kv + pack_i8_into of
+// int8_attention.cpp without their scalar passes and V's transposed copy.
+// K: each key's row quantized (quantize, signed) and its 4-byte groups put in
+// place. V: per channel, the max over all keys, then each group of 4 keys and
+// 16 channels quantized as four vectors whose lanes, one byte each, form the
+// panel's 64 bytes (lane = channel, bytes = the 4 keys), summed as they go.
+// Both walk the keys in order, row by row.
+void pack_kv(const float* k, const float* v, std::int64_t n, std::int64_t d, std::int64_t stride, PackedI8& kp,
+             PackedI8& vp) {
+  constexpr std::int64_t kMaxD = 1024, kAhead = 8;
+  if (d > kMaxD) fail("pack_kv: head size ", d, " exceeds ", kMaxD);
+  alignas(64) std::uint8_t row[kMaxD];
+  const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(float));
+  {
+    const std::int64_t k4 = kp.k4;
+    std::int8_t* data = kp.data.get();
+    for (std::int64_t j = 0; j < kp.panels * kP; ++j) {
+      std::int8_t* dst = data + (j / kP) * k4 * kP * 4 + (j % kP) * 4;  // group g at dst + g · 64
+      if (j >= n) {
+        for (std::int64_t g = 0; g < k4; ++g) std::memset(dst + g * kP * 4, 0, 4);
+        kp.row_sums.get()[j] = 0;
+        kp.scales.get()[j] = 0.0f;
+        continue;
+      }
+      if (j + kAhead < n) prefetch_row(k + (j + kAhead) * stride, row_bytes);
+      quantize(k + j * stride, 1, d, d, 0, row, kp.scales.get() + j);
+      __m512i sum = _mm512_setzero_si512();
+      for (std::int64_t c = 0; c < d; c += 16)
+        sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(first_lanes(d - c), row + c)));
+      kp.row_sums.get()[j] = _mm512_reduce_add_epi32(sum);
+      for (std::int64_t g = 0; g < k4; ++g) std::memcpy(dst + g * kP * 4, row + 4 * g, 4);
+    }
+  }
+  // V's per-channel maxima, then inverses, over the panels' channels (0 past d).
+  const std::int64_t dp = vp.panels * kP;
+  alignas(64) float amax[kMaxD], inv[kMaxD];
+  alignas(64) std::int32_t sums[kMaxD];
+  for (std::int64_t c = 0; c < dp; c += 16) {
+    _mm512_store_ps(amax + c, _mm512_setzero_ps());
+    _mm512_store_si512(sums + c, _mm512_setzero_si512());
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) prefetch_row(v + (j + kAhead) * stride, row_bytes);
+    for (std::int64_t c = 0; c < d; c += 16) {
+      const __m512 x = _mm512_abs_ps(_mm512_maskz_loadu_ps(first_lanes(d - c), v + j * stride + c));
+      _mm512_store_ps(amax + c, _mm512_max_ps(x, _mm512_load_ps(amax + c)));  // keeps amax when x is NaN
+    }
+  }
+  for (std::int64_t c = 0; c < dp; c += 16) {
+    const __m512 a = _mm512_load_ps(amax + c);
+    _mm512_store_ps(vp.scales.get() + c, _mm512_div_ps(a, _mm512_set1_ps(127.0f)));
+    _mm512_store_ps(inv + c, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                                 _mm512_set1_ps(127.0f), a));
+  }
+  const std::int64_t k4 = vp.k4;
+  for (std::int64_t g = 0; g < k4; ++g) {
+    for (std::int64_t p = 0; p < vp.panels; ++p) {
+      const std::int64_t c0 = p * kP;
+      const __mmask16 lanes = first_lanes(d - c0);
+      const __m512 iv = _mm512_load_ps(inv + c0);
+      __m512i sum = _mm512_load_si512(sums + c0), packed = _mm512_setzero_si512();
+      for (int t = 0; t < 4 && 4 * g + t < n; ++t) {
+        const __m512i q = quantize16(_mm512_maskz_loadu_ps(lanes, v + (4 * g + t) * stride + c0), iv);
+        sum = _mm512_add_epi32(sum, q);
+        packed = _mm512_or_si512(
+            packed, _mm512_sllv_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(8 * t)));
+      }
+      _mm512_store_si512(sums + c0, sum);
+      _mm512_store_si512(vp.data.get() + (p * k4 + g) * kP * 4, packed);
+    }
+  }
+  std::memcpy(vp.row_sums.get(), sums, static_cast<std::size_t>(dp) * sizeof(std::int32_t));
 }
 
 // exp2_127 (int8_attention.hpp) on 16 lanes, operation for operation.
@@ -432,7 +525,7 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_avx512vnni() {
-  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize, softmax_q8};
+  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize, softmax_q8, pack_kv};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return ok ? &k : nullptr;
