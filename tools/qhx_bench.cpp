@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "qhexrt/doctor.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/safetensors.hpp"
@@ -468,6 +469,7 @@ int main(int argc, char** argv) {
     json j = {
         {"bundle", fs::absolute(dir).string()},
         {"runs", runs},
+        {"int8_kernel", qhx::diagnose().cpu.int8_kernel},
         {"threads", threads},
         {"threads_used", threads_used},
         {"decode_steps", decode_steps},
@@ -556,10 +558,14 @@ int main(int argc, char** argv) {
     std::printf("  %-34s %10.1f MB\n", "peak RSS", j["peak_rss_mb"].get<double>());
     std::printf("  %-34s %10.1f MB\n", "weight bytes per decoded token", bytes_per_token / 1e6);
     if (roof)
-      std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s, int8 %.1f GOP/s\n", roof->threads,
-                  roof->read_gbs, roof->fp32_gflops, roof->int8_gops);
+      std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s, int8 %.1f GOP/s (%s)\n",
+                  roof->threads, roof->read_gbs, roof->fp32_gflops, roof->int8_gops,
+                  roof->raw.value("int8_isa", std::string("?")).c_str());
     else
       std::printf("  machine limits: n/a (no roofline JSON; scripts/bench.sh measures them)\n");
+    // Fractions of the int8 peak above 1 mean the products ran on a unit the
+    // roofline does not measure (AMX tiles beside its AVX-512 VNNI peak).
+    std::printf("  int8 kernel %s\n", j["int8_kernel"].get<std::string>().c_str());
     std::printf("  wall time %.1f s\n", wall_s);
   } catch (const std::exception& e) {
     std::cerr << "qhx_bench: error: " << e.what() << std::endl;
