@@ -6,7 +6,7 @@
 // For each shape it prints ms per call, weight GB/s (decode, m = 1: the bound
 // is memory bandwidth) and GOP/s (m > 1: the bound is compute), for the int8
 // path (packed, the default for w8 bundles) and the f32-activation path.
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <sys/mman.h>
@@ -57,15 +57,15 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_kernels: linear kernels on Qwen3-VL-2B shapes"};
+  qhx_cli::App app{"bench_kernels: linear kernels on Qwen3-VL-2B shapes"};
   int threads = 0, reps = 20;
   bool json = false;
-  app.add_option("--threads", threads, "threads (0: default)")->check(CLI::NonNegativeNumber);
-  app.add_option("--reps", reps, "calls per figure (best of)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "threads (0: default)")->check(qhx_cli::NonNegativeNumber);
+  app.add_option("--reps", reps, "calls per figure (best of)")->check(qhx_cli::PositiveNumber);
   app.add_flag("--json", json, "one JSON object");
   std::string only;
   app.add_option("--only", only, "run only the figures whose name contains this text");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
   qhx::cpu::set_threads(threads);
   using namespace qhx::cpu;
 

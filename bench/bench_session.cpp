@@ -10,7 +10,7 @@
 // encoded it: vision ms (0 on a hit), image-cache hits, TTFT.
 // Figures are medians over the runs; turn2/turn1 is the ratio of the medians, taken in one
 // process minutes apart at most, so it holds on a host whose bandwidth moves.
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -41,18 +41,18 @@ qhx::GenerationOptions greedy(std::int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"QHexRT session benchmark: follow-up turn TTFT vs the first turn's, and image-cache hits"};
+  qhx_cli::App app{"QHexRT session benchmark: follow-up turn TTFT vs the first turn's, and image-cache hits"};
   std::string bundle, image = QHX_SAMPLE_IMAGE;
   int runs = 3, threads = 0;
   std::int64_t answer = 16;
   bool as_json = false;
   app.add_option("--bundle", bundle, "a bundle folder (its VLM manifest is used) or a VLM manifest")->required();
   app.add_option("--image", image, "the image of the conversation");
-  app.add_option("--runs", runs, "runs (median)")->check(CLI::PositiveNumber);
-  app.add_option("--answer-tokens", answer, "tokens generated per turn")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--runs", runs, "runs (median)")->check(qhx_cli::PositiveNumber);
+  app.add_option("--answer-tokens", answer, "tokens generated per turn")->check(qhx_cli::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads (0: one per core)")->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--json", as_json, "one JSON object on stdout");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
   try {
     std::string warning;
     const int used = qhx::set_threads(threads, &warning);

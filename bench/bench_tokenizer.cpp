@@ -8,7 +8,7 @@
 // With --json, prints one JSON object:
 //   {"load_ms": .., "encode_mb_s": .., "encode_s": .., "bytes": .., "tokens": .., "strings": .., ...}
 // bench/tokenizer_vs_hf.py runs this and compares with Hugging Face `tokenizers`.
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -82,7 +82,7 @@ EncodeResult bench_encode(const qhx::Tokenizer& tok, const std::vector<std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Benchmark qhx::Tokenizer: load time and single-threaded encode throughput"};
+  qhx_cli::App app{"Benchmark qhx::Tokenizer: load time and single-threaded encode throughput"};
   std::string tokenizer_path;
   std::string corpus_path;
   int repeat = 5;
@@ -91,10 +91,10 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer_path, "path to tokenizer.json")->required();
   app.add_option("--corpus", corpus_path, "JSON Lines file, one JSON string per line")->required();
   app.add_option("--repeat", repeat, "encode passes over the corpus (best is reported)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--loads", loads, "tokenizer loads (best is reported)")->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
+  app.add_option("--loads", loads, "tokenizer loads (best is reported)")->check(qhx_cli::PositiveNumber);
   app.add_flag("--json", as_json, "print one JSON object");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
 
   try {
     double best_load_s = std::numeric_limits<double>::infinity();

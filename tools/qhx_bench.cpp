@@ -31,7 +31,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -212,7 +212,7 @@ bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"qhx_bench: QHexRT speed through its own API, and as fractions of the machine's limits"};
+  qhx_cli::App app{"qhx_bench: QHexRT speed through its own API, and as fractions of the machine's limits"};
   std::string bundle = default_bundle(), roofline_path, image = "assets/sample.png";
   int runs = 0, threads = 0;
   std::int64_t decode_steps = 0, long_context = 0;
@@ -220,18 +220,18 @@ int main(int argc, char** argv) {
   app.add_option("--bundle", bundle, "bundle directory (qhx_export output)");
   app.add_option("--roofline", roofline_path, "roofline JSON (scripts/bench.sh caches it); fractions are n/a without");
   app.add_option("--image", image, "image for the vision and TTFT figures");
-  app.add_option("--runs", runs, "runs per figure (median); default 3, 1 with --quick")->check(CLI::PositiveNumber);
+  app.add_option("--runs", runs, "runs per figure (median); default 3, 1 with --quick")->check(qhx_cli::PositiveNumber);
   app.add_option("--decode-steps", decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--threads", threads, "CPU threads (0: one per core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::NonNegativeNumber);
   app.add_option("--long-context", long_context,
                  "also prefill an N-token prompt and decode at N tokens of context, with the f16 and the 8-bit KV "
                  "cache (e.g. 4096; 0, the default: skip)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
   if (runs == 0) runs = quick ? 1 : 3;
   if (decode_steps == 0) decode_steps = quick ? 4 : 16;
 

@@ -18,7 +18,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -282,14 +282,14 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"QHexRT interactive chat (Qwen3-VL): a multi-turn session in the terminal"};
+  qhx_cli::App app{"QHexRT interactive chat (Qwen3-VL): a multi-turn session in the terminal"};
   Args a;
   app.add_option("-m,--model", a.model, "manifest (.json), bundle folder, or Hugging Face checkpoint directory")
       ->required();
   app.add_option("-n,--max-new-tokens", a.max_new, "tokens per answer at most (default: the manifest's)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--temp", a.temp, "temperature; 0 = greedy (default: the plan's)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::PositiveNumber);
+  app.add_option("--temp", a.temp, "temperature; 0 = greedy (default: the plan's)")->check(qhx_cli::NonNegativeNumber);
+  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(qhx_cli::NonNegativeNumber);
   app.add_option("--top-p", a.top_p, "nucleus sampling threshold in (0, 1]");
   app.add_option("--min-p", a.min_p, "drop tokens below min_p x the top probability");
   app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
@@ -301,10 +301,10 @@ int main(int argc, char** argv) {
                  "exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K (K in 1..16) or off")
       ->check(speculate_validator());
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (0: off)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);
+      ->check(qhx_cli::NonNegativeNumber);
+  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(qhx_cli::PositiveNumber);
   app.add_flag("--text-only", a.text_only, "for a bundle folder: its text manifest (no image stages)");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
   try {
     return run(a);
   } catch (const std::exception& e) {

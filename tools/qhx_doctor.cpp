@@ -3,7 +3,7 @@
 // it needs (files, QNN context binaries against the plan and the libraries, memory) and, for
 // a bundle, whether its files still match its checksums.json.
 // Exit 0 when nothing is wrong, 1 with the problems listed, 2 on a usage error.
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -178,16 +178,12 @@ void print_text(const qhx::DoctorReport& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Diagnose a QHexRT deployment: the CPU and kernels, the QAIRT libraries, and a plan's needs"};
+  qhx_cli::App app{"Diagnose a QHexRT deployment: the CPU and kernels, the QAIRT libraries, and a plan's needs"};
   std::string manifest;
   bool json = false;
   app.add_option("manifest", manifest, "a manifest, bundle folder or checkpoint directory to check (optional)");
   app.add_flag("--json", json, "print one JSON object instead of text");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const int rc = app.parse(argc, argv); rc >= 0) return rc == 0 ? 0 : 2;
   try {
     // (The QAIRT libraries' load banner goes to stderr: the runtime sends it there.)
     const qhx::DoctorReport r = qhx::diagnose(manifest);

@@ -3,7 +3,7 @@
 //   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--lm-head w8|w4] [--image-size 512]
 //              [--prefill-chunk 320] [--context N] [--target cpu|qnn-htp] [--soc SM8750] [--verify]
 //   qhx_export --check BUNDLE     (its files against its checksums.json; exit 0 when all match)
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -47,50 +47,47 @@ int check_bundle(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Export a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle"};
+  qhx_cli::App app{"Export a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle"};
   qhx::ExportOptions o;
   bool verify = false, quiet = false;
   std::string hf, out, check;
   auto* hf_opt = app.add_option("--hf", hf, "Hugging Face checkpoint directory");
   auto* out_opt = app.add_option("--out", out, "bundle directory to write (replaced whole, atomically)");
-  app.add_option("--check", check, "verify BUNDLE's files against its checksums.json, then exit (0: all match)")
-      ->excludes(hf_opt)
-      ->excludes(out_opt);
+  auto* check_opt =
+      app.add_option("--check", check, "verify BUNDLE's files against its checksums.json, then exit (0: all match)")
+          ->excludes(hf_opt)
+          ->excludes(out_opt);
+  hf_opt->required_unless(check_opt);
+  out_opt->required_unless(check_opt);
   app.add_option("--weights", o.weights, "weight format: w8 (int8 per channel), w4 (int4, group 32), f16, f32")
-      ->check(CLI::IsMember({"w8", "w4", "f16", "f32"}));
+      ->check(qhx_cli::IsMember({"w8", "w4", "f16", "f32"}));
   app.add_option("--lm-head", o.lm_head,
                  "lm-head format in a w8 or w4 bundle: w8 (the default) or w4 (fewer bytes per decoded token)")
-      ->check(CLI::IsMember({"w8", "w4"}));
+      ->check(qhx_cli::IsMember({"w8", "w4"}));
   app.add_option("--image-size", o.image_size, "fixed image size of the VLM manifest (a multiple of 32)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill call")->check(CLI::PositiveNumber);
-  app.add_option("--context", o.context, "context length (KV cache)")->check(CLI::Range(2, 1 << 20));
+      ->check(qhx_cli::PositiveNumber);
+  app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill call")->check(qhx_cli::PositiveNumber);
+  app.add_option("--context", o.context, "context length (KV cache)")->check(qhx_cli::Range(2, 1 << 20));
   app.add_option("--target", o.target, "where the bundle runs: cpu, or qnn-htp (QNN context binaries for the Hexagon NPU)")
-      ->check(CLI::IsMember({"cpu", "qnn-htp"}));
+      ->check(qhx_cli::IsMember({"cpu", "qnn-htp"}));
   app.add_option("--soc", o.soc, "with --target qnn-htp: the SoC, SM8650 (HTP v75), SM8750 (v79, default) or SM8850 (v81)")
-      ->check(CLI::IsMember(qhx::qnn_socs()));
+      ->check(qhx_cli::IsMember(qhx::qnn_socs()));
   app.add_option("--qnn-parts", o.qnn_parts, "with --target qnn-htp: split the decoder into N context binaries "
-                 "(default: by size, a part per ~400 MB of int8 weights)")->check(CLI::PositiveNumber);
+                 "(default: by size, a part per ~400 MB of int8 weights)")->check(qhx_cli::PositiveNumber);
   app.add_option("--smoothing", o.smoothing,
                  "outlier channels of the text decoder folded into the weights: auto (w8 and w4, the default), on, off")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
+      ->check(qhx_cli::IsMember({"auto", "on", "off"}));
   app.add_option("--layout", o.layout,
                  "how w8 matrices are stored: panels (the int8 kernels' layout, mapped in place at open; bundle "
                  "format 2, the default) or rows (row-major, repacked at open; readable by format-1 builds)")
-      ->check(CLI::IsMember({"panels", "rows"}));
+      ->check(qhx_cli::IsMember({"panels", "rows"}));
   app.add_option("--kv-cache", o.kv_cache,
                  "the text decoder's KV cache: f32, f16 (the default in w8 and w4 bundles) or i8 (int8 with a scale "
                  "per token and head: about half of f16's bytes, for long contexts)")
-      ->check(CLI::IsMember({"f32", "f16", "i8"}));
+      ->check(qhx_cli::IsMember({"f32", "f16", "i8"}));
   app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
-  try {
-    app.parse(argc, argv);
-    if (check.empty() && hf.empty()) throw CLI::RequiredError("--hf");
-    if (check.empty() && out.empty()) throw CLI::RequiredError("--out");
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  QHX_CLI_PARSE(app, argc, argv);
   if (!check.empty()) return check_bundle(check);
   install_signal_handlers();
   o.hf_dir = hf;

@@ -8,7 +8,7 @@
 // --json the last stdout line is one JSON object describing the run.
 #include <sys/resource.h>
 
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -376,17 +376,17 @@ int run(const Args& args_in) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"QHexRT text generation (Qwen3-VL) from a manifest or a Hugging Face checkpoint directory"};
+  qhx_cli::App app{"QHexRT text generation (Qwen3-VL) from a manifest or a Hugging Face checkpoint directory"};
   Args a;
   app.add_option("-m,--model", a.model, "manifest (.json), bundle folder, or Hugging Face checkpoint directory");
   app.add_option("-p,--prompt", a.prompt, "the user's message (or the whole text with --raw)");
   app.add_option("-n,--max-new-tokens", a.max_new, "tokens to generate at most (default: the manifest's)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("-i,--image", a.images, "an image (repeatable); placed at each <image> in the prompt, else first");
   app.add_option("--resize", a.resize, "fixed (any image to the manifest's size) or native (keep aspect)")
-      ->check(CLI::IsMember({"fixed", "native"}));
-  app.add_option("--temp", a.temp, "temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::IsMember({"fixed", "native"}));
+  app.add_option("--temp", a.temp, "temperature; 0 = greedy")->check(qhx_cli::NonNegativeNumber);
+  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(qhx_cli::NonNegativeNumber);
   app.add_option("--top-p", a.top_p, "nucleus sampling threshold in (0, 1]");
   app.add_option("--min-p", a.min_p, "drop tokens below min_p x the top probability, in [0, 1]");
   app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
                  "ngram[:K]: verify up to K (default 4, at most 16) prompt-lookup drafted tokens per step; "
                  "greedy only, same output");
   app.add_option("--seed", a.seed, "random seed for sampling");
-  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(qhx_cli::PositiveNumber);
   app.add_option("--system", a.system, "a system message before the user's");
   app.add_option("--messages", a.messages,
                  "a whole conversation: a JSON array of {role, content}; content a string or parts "
@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
                  "per line (paths relative to the file); prints one answer per line (or one JSON object with --json)");
   app.add_option("--stop", a.stop, "a stop string (repeatable): the answer ends before it");
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--raw", a.raw, "feed the prompt as is, without the chat template");
   app.add_flag("--json", a.json, "print one JSON object describing the run as the last stdout line");
   app.add_option("--dump-logits", a.dump_logits, "write the logits that chose each token to FILE.npy [steps, vocab]");
@@ -422,7 +422,7 @@ int main(int argc, char** argv) {
                "its image or text manifest, by whether there are images) and exit");
   app.add_option("--dump-dir", a.dump_dir, "write every named intermediate (e.g. hidden.layer0) to DIR/NAME.npy");
   app.add_option("args", a.positional, "the seed's form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
   try {
     return run(a);
   } catch (const std::exception& e) {

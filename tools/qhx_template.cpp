@@ -9,7 +9,7 @@
 // The context is {messages, tools: null, documents: null, add_generation_prompt,
 // bos_token, eos_token} (the tokens only when given) plus the keys of
 // --context, which win. The text goes to stdout byte for byte.
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -42,7 +42,7 @@ Json read_json(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Render a Hugging Face chat template (Jinja) with a conversation"};
+  qhx_cli::App app{"Render a Hugging Face chat template (Jinja) with a conversation"};
   std::string template_path, messages_path, context_path, bos, eos;
   bool add_generation_prompt = false;
   app.add_option("--template", template_path, ".jinja file, chat_template.json, tokenizer_config.json or checkpoint directory")
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_flag("--add-generation-prompt", add_generation_prompt, "end with the assistant's generation prompt");
   auto* bos_opt = app.add_option("--bos-token", bos, "the bos_token variable");
   auto* eos_opt = app.add_option("--eos-token", eos, "the eos_token variable");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
 
   try {
     const qhx::ChatTemplate tmpl = qhx::ChatTemplate::load(template_path);

@@ -5,7 +5,7 @@
 //
 // A bad line stops the run with exit status 1 and an error naming the line;
 // every line before it has already been written (and flushed).
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -40,14 +40,14 @@ std::string decode_line(const qhx::Tokenizer& tok, const nlohmann::json& j, bool
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Encode (default) or decode JSON Lines with a Hugging Face tokenizer.json"};
+  qhx_cli::App app{"Encode (default) or decode JSON Lines with a Hugging Face tokenizer.json"};
   std::string tokenizer_path;
   bool decode = false;
   bool skip_special = false;
   app.add_option("--tokenizer", tokenizer_path, "path to tokenizer.json")->required();
   app.add_flag("--decode", decode, "input lines are arrays of ids; output decoded strings");
   app.add_flag("--skip-special", skip_special, "with --decode: drop special tokens, as chat output does");
-  CLI11_PARSE(app, argc, argv);
+  QHX_CLI_PARSE(app, argc, argv);
   if (skip_special && !decode) {
     std::cerr << "qhx_tokenize: error: --skip-special needs --decode\n";
     return 2;

@@ -5,12 +5,12 @@
 #include <exception>
 #include <string>
 
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 
 #include "qhexrt/session.hpp"
 
-inline CLI::Validator speculate_validator() {
-  return CLI::Validator(
+inline qhx_cli::Check speculate_validator() {
+  return qhx_cli::Check(
       [](std::string& v) {
         try {
           qhx::parse_speculate(v);

@@ -9,7 +9,7 @@
 #include <csignal>
 #include <pthread.h>
 
-#include <CLI/CLI.hpp>
+#include "cli/cli.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -113,45 +113,45 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"QHexRT OpenAI-compatible server (POST /v1/chat/completions) over qhx::Session"};
+  qhx_cli::App app{"QHexRT OpenAI-compatible server (POST /v1/chat/completions) over qhx::Session"};
   Args a;
   app.add_option("-m,--model", a.model, "manifest (.json), bundle folder, or Hugging Face checkpoint directory")
       ->required();
   app.add_option("--host", a.host, "address to listen on (default 127.0.0.1)");
-  app.add_option("--port", a.port, "port (default 8080; 0: any free port, printed)")->check(CLI::Range(0, 65535));
+  app.add_option("--port", a.port, "port (default 8080; 0: any free port, printed)")->check(qhx_cli::Range(0, 65535));
   app.add_option("--api-key", a.api_key, "require 'Authorization: Bearer KEY' (default: $QHX_API_KEY; none: open)");
   app.add_option("--model-name", a.model_id, "the model id in responses and /v1/models (default: the -m name)");
   app.add_option("--max-queue", a.max_queue, "requests waiting for the model at most; beyond, 503 (default 16)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--max-body-mb", a.max_body_mb, "largest request body in MB; beyond, 413 (default 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--allow-file-dir", a.allow_file_dir, "serve file:// image URLs from under this directory only");
   app.add_option("--speculate", a.speculate,
                  "every answer with exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K "
                  "(K in 1..16) or off")
       ->check(speculate_validator());
   app.add_option("--sessions", a.sessions, "session slots (conversations whose KV cache is kept; default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--threads", a.threads, "the CPU kernels' worker threads (default: physical cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--http-threads", a.http_threads, "HTTP connection threads (default: max-queue + 8)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--max-images", a.max_images, "images in one request at most (default 8)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::NonNegativeNumber);
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(qhx_cli::NonNegativeNumber);
   app.add_option("--read-timeout", a.read_timeout, "seconds a client may stall while sending (default 30)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--write-timeout", a.write_timeout, "seconds a client may stall while receiving (default 15)")
-      ->check(CLI::PositiveNumber);
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--send-buffer-kb", a.send_buffer_kb,
                  "socket send buffer in KB: how much a stalled stream reader can be sent before the write "
                  "timeout cancels its generation (default 64; 0: the kernel's autotuning)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(qhx_cli::Range(0, 1 << 20));
   app.add_option("--drain-seconds", a.drain_seconds,
                  "on SIGTERM, how long the running generation may go on before it is cancelled (default 30)")
-      ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+      ->check(qhx_cli::NonNegativeNumber);
+  QHX_CLI_PARSE(app, argc, argv);
   try {
     return run(a);
   } catch (const std::exception& e) {
