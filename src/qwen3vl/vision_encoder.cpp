@@ -178,15 +178,19 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
     const Block& B = blocks_[b];
     k_->layer_norm(x, B.norm1_w.data(), B.norm1_b.data(), n, h, 1e-6f, normed);
     k_->linear(normed, n, B.qkv.w, B.qkv.bias_or_null(), qkv);
-    cpu::parallel_for(n, 64, [&](std::int64_t r0, std::int64_t r1) {  // [n, 3, heads, hd] -> q, k, v [n, heads, hd]
+    // [n, 3, heads, hd] -> q, k, v [n, heads, hd], and the rotation of q and k on
+    // each block of rows while it is in the cache (rope is per token: blocks of rows
+    // compute what one call over all rows would).
+    cpu::parallel_for(n, 64, [&](std::int64_t r0, std::int64_t r1) {
       for (auto r = static_cast<std::size_t>(r0); r < static_cast<std::size_t>(r1); ++r) {
         std::memcpy(&q[r * H], &qkv[r * 3 * H], H * sizeof(float));
         std::memcpy(&kk[r * H], &qkv[r * 3 * H + H], H * sizeof(float));
         std::memcpy(&v[r * H], &qkv[r * 3 * H + 2 * H], H * sizeof(float));
       }
+      const std::size_t R0 = static_cast<std::size_t>(r0);
+      k_->rope_rotate_half(&q[R0 * H], r1 - r0, heads, hd, cos + r0 * hd, sin + r0 * hd);
+      k_->rope_rotate_half(&kk[R0 * H], r1 - r0, heads, hd, cos + r0 * hd, sin + r0 * hd);
     });
-    k_->rope_rotate_half(q, n, heads, hd, cos, sin);
-    k_->rope_rotate_half(kk, n, heads, hd, cos, sin);
     std::int64_t s = 0;
     for (const std::int64_t len : segments) {
       const std::size_t off = static_cast<std::size_t>(s) * H;

@@ -178,6 +178,29 @@ TEST_P(Kernels, GeluFlavours) {
   expect_close(y, erf_want, 1e-6, 1e-6);
 }
 
+// Every float the vision mergers meet, densely (the fast kernel's erf is a polynomial
+// per interval: a bad coefficient or a wrong interval edge shows here), and a
+// value's result does not depend on where a call's range starts or ends.
+TEST_P(Kernels, GeluErfDenseAndSplitIndependent) {
+  std::vector<float> x;
+  for (int i = -40000; i <= 40000; ++i) x.push_back(static_cast<float>(i) * 3e-4f);
+  for (const float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e30f, -1e30f, 0.875f * 1.41421356f})
+    x.push_back(v);
+  std::vector<double> want(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    want[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+  }
+  std::vector<float> y(x.size());
+  k().gelu_erf(x.data(), static_cast<std::int64_t>(x.size()), y.data());
+  expect_close(y, want, 1e-6, 1e-6);
+  for (const std::size_t start : {std::size_t{1}, std::size_t{7}, std::size_t{33}}) {
+    std::vector<float> part(x.size() - start - 3);
+    k().gelu_erf(x.data() + start, static_cast<std::int64_t>(part.size()), part.data());
+    for (std::size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], y[start + i]) << "at " << start + i;
+  }
+}
+
 TEST_P(Kernels, RopeRotateHalf) {
   const int T = 3, H = 2, D = 8;
   auto x = random(T * H * D);
