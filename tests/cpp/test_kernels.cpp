@@ -201,6 +201,26 @@ TEST_P(Kernels, GeluErfDenseAndSplitIndependent) {
   }
 }
 
+// The element-wise activations give each value the same result wherever a call's
+// range starts or ends (the thread pool's split moves with the thread count and the
+// prefill chunk).
+TEST_P(Kernels, ActivationsSplitIndependent) {
+  const auto x = random(1000, 4.0f), u = random(1000, 2.0f);
+  std::vector<float> gt(x.size()), sm(x.size());
+  k().gelu_tanh(x.data(), 1000, gt.data());
+  k().silu_mul(x.data(), u.data(), 1000, sm.data());
+  for (const std::int64_t start : {1, 5, 19, 40}) {
+    const std::int64_t len = 1000 - start - 7;
+    std::vector<float> a(static_cast<std::size_t>(len)), b(a.size());
+    k().gelu_tanh(x.data() + start, len, a.data());
+    k().silu_mul(x.data() + start, u.data() + start, len, b.data());
+    for (std::int64_t i = 0; i < len; ++i) {
+      ASSERT_EQ(a[i], gt[start + i]) << "gelu_tanh at " << start + i;
+      ASSERT_EQ(b[i], sm[start + i]) << "silu_mul at " << start + i;
+    }
+  }
+}
+
 TEST_P(Kernels, RopeRotateHalf) {
   const int T = 3, H = 2, D = 8;
   auto x = random(T * H * D);

@@ -255,7 +255,16 @@ void SiluMulRange(const float* gate, const float* up, float* y, std::int64_t b, 
     const VF ex = hn::Exp(df, hn::Min(hn::Neg(g), lim));
     hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, ex)), hn::LoadU(df, up + i)), df, y + i);
   }
-  for (; i < e; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  if (i < e) {  // the same vector arithmetic on padded copies: a value's result must not depend on the split
+    HWY_ALIGN float g[hn::MaxLanes(DF())] = {}, u[hn::MaxLanes(DF())] = {};
+    const auto bytes = static_cast<std::size_t>(e - i) * sizeof(float);
+    std::memcpy(g, gate + i, bytes);
+    std::memcpy(u, up + i, bytes);
+    const VF gv = hn::Load(df, g);
+    const VF ex = hn::Exp(df, hn::Min(hn::Neg(gv), lim));
+    hn::Store(hn::Mul(hn::Div(gv, hn::Add(one, ex)), hn::Load(df, u)), df, g);
+    std::memcpy(y + i, g, bytes);
+  }
 }
 
 void GeluTanhRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
@@ -273,9 +282,14 @@ void GeluTanhRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
     const VF ex = hn::Exp(df, hn::Min(hn::Mul(m2, inner), lim));
     hn::StoreU(hn::Div(v, hn::Add(one, ex)), df, y + i);
   }
-  for (; i < e; ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+  if (i < e) {  // as in SiluMulRange: the vector arithmetic on a padded copy
+    HWY_ALIGN float buf[hn::MaxLanes(DF())] = {};
+    const auto bytes = static_cast<std::size_t>(e - i) * sizeof(float);
+    std::memcpy(buf, x + i, bytes);
+    const VF v = hn::Load(df, buf);
+    const VF inner = hn::Mul(vk, hn::MulAdd(hn::Mul(c, v), hn::Mul(v, v), v));
+    hn::Store(hn::Div(v, hn::Add(one, hn::Exp(df, hn::Min(hn::Mul(m2, inner), lim)))), df, buf);
+    std::memcpy(y + i, buf, bytes);
   }
 }
 
