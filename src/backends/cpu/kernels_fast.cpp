@@ -245,52 +245,48 @@ void LayerNormRows(const float* x, const float* w, const float* b, std::int64_t 
   }
 }
 
-void SiluMulRange(const float* gate, const float* up, float* y, std::int64_t b, std::int64_t e) {
+// y[i] = op(in[i]...) for i in [b, e), lanes at a time. The last partial vector goes
+// through the same op on zero-padded copies (not a scalar formula), so a value's
+// result does not depend on where a range starts or ends: the thread pool's split
+// moves with the thread count and the prefill chunk.
+template <class Op, class... In>
+void MapRange(float* y, std::int64_t b, std::int64_t e, Op op, const In*... in) {
   const DF df;
   const std::int64_t N = lanes();
-  const VF one = hn::Set(df, 1.0f), lim = hn::Set(df, 88.0f);  // exp(88) is finite in f32
   std::int64_t i = b;
-  for (; i + N <= e; i += N) {
-    const VF g = hn::LoadU(df, gate + i);
+  for (; i + N <= e; i += N) hn::StoreU(op(hn::LoadU(df, in + i)...), df, y + i);
+  if (i == e) return;
+  const auto bytes = static_cast<std::size_t>(e - i) * sizeof(float);
+  const auto padded = [&](const float* x) {
+    HWY_ALIGN float buf[hn::MaxLanes(DF())] = {};
+    std::memcpy(buf, x + i, bytes);
+    return hn::Load(df, buf);
+  };
+  HWY_ALIGN float out[hn::MaxLanes(DF())];
+  hn::Store(op(padded(in)...), df, out);
+  std::memcpy(y + i, out, bytes);
+}
+
+void SiluMulRange(const float* gate, const float* up, float* y, std::int64_t b, std::int64_t e) {
+  const DF df;
+  const VF one = hn::Set(df, 1.0f), lim = hn::Set(df, 88.0f);  // exp(88) is finite in f32
+  MapRange(y, b, e, [&](VF g, VF u) {
     const VF ex = hn::Exp(df, hn::Min(hn::Neg(g), lim));
-    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, ex)), hn::LoadU(df, up + i)), df, y + i);
-  }
-  if (i < e) {  // the same vector arithmetic on padded copies: a value's result must not depend on the split
-    HWY_ALIGN float g[hn::MaxLanes(DF())] = {}, u[hn::MaxLanes(DF())] = {};
-    const auto bytes = static_cast<std::size_t>(e - i) * sizeof(float);
-    std::memcpy(g, gate + i, bytes);
-    std::memcpy(u, up + i, bytes);
-    const VF gv = hn::Load(df, g);
-    const VF ex = hn::Exp(df, hn::Min(hn::Neg(gv), lim));
-    hn::Store(hn::Mul(hn::Div(gv, hn::Add(one, ex)), hn::Load(df, u)), df, g);
-    std::memcpy(y + i, g, bytes);
-  }
+    return hn::Mul(hn::Div(g, hn::Add(one, ex)), u);
+  }, gate, up);
 }
 
 void GeluTanhRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
   const DF df;
-  const std::int64_t N = lanes();
-  const float k = std::sqrt(2.0f / std::numbers::pi_v<float>);
-  const VF vk = hn::Set(df, k), c = hn::Set(df, 0.044715f), one = hn::Set(df, 1.0f);
-  const VF m2 = hn::Set(df, -2.0f), lim = hn::Set(df, 88.0f);
-  std::int64_t i = b;
-  for (; i + N <= e; i += N) {
-    const VF v = hn::LoadU(df, x + i);
+  const VF vk = hn::Set(df, std::sqrt(2.0f / std::numbers::pi_v<float>)), c = hn::Set(df, 0.044715f);
+  const VF one = hn::Set(df, 1.0f), m2 = hn::Set(df, -2.0f), lim = hn::Set(df, 88.0f);
+  MapRange(y, b, e, [&](VF v) {
     const VF inner = hn::Mul(vk, hn::MulAdd(hn::Mul(c, v), hn::Mul(v, v), v));
     // 0.5·v·(1 + tanh(u)) = v / (1 + e^(−2u)): one Exp and a division, about half
     // the work of Tanh; e^(−2u) is capped where it would overflow (the result is then ~0).
     const VF ex = hn::Exp(df, hn::Min(hn::Mul(m2, inner), lim));
-    hn::StoreU(hn::Div(v, hn::Add(one, ex)), df, y + i);
-  }
-  if (i < e) {  // as in SiluMulRange: the vector arithmetic on a padded copy
-    HWY_ALIGN float buf[hn::MaxLanes(DF())] = {};
-    const auto bytes = static_cast<std::size_t>(e - i) * sizeof(float);
-    std::memcpy(buf, x + i, bytes);
-    const VF v = hn::Load(df, buf);
-    const VF inner = hn::Mul(vk, hn::MulAdd(hn::Mul(c, v), hn::Mul(v, v), v));
-    hn::Store(hn::Div(v, hn::Add(one, hn::Exp(df, hn::Min(hn::Mul(m2, inner), lim)))), df, buf);
-    std::memcpy(y + i, buf, bytes);
-  }
+    return hn::Div(v, hn::Add(one, ex));
+  }, x);
 }
 
 // erf for gelu_erf: odd, from |x| clamped to 4 (erf(4) rounds to 1 in float).
@@ -318,21 +314,9 @@ VF ErfApprox(DF df, VF x) {
 // The reference's 0.5 · v · (1 + erf(v · (1/√2))), the erf from ErfApprox.
 void GeluErfRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
   const DF df;
-  const std::int64_t N = lanes();
   const VF r2 = hn::Set(df, static_cast<float>(1.0 / std::numbers::sqrt2)), half = hn::Set(df, 0.5f);
   const VF one = hn::Set(df, 1.0f);
-  std::int64_t i = b;
-  for (; i + N <= e; i += N) {
-    const VF v = hn::LoadU(df, x + i);
-    hn::StoreU(hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(df, hn::Mul(v, r2)))), df, y + i);
-  }
-  if (i < e) {  // the same vector arithmetic on a padded copy: a value's result must not depend on the split
-    HWY_ALIGN float buf[hn::MaxLanes(DF())] = {};
-    std::memcpy(buf, x + i, static_cast<std::size_t>(e - i) * sizeof(float));
-    const VF v = hn::Load(df, buf);
-    hn::Store(hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(df, hn::Mul(v, r2)))), df, buf);
-    std::memcpy(y + i, buf, static_cast<std::size_t>(e - i) * sizeof(float));
-  }
+  MapRange(y, b, e, [&](VF v) { return hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(df, hn::Mul(v, r2)))); }, x);
 }
 
 void AddRange(float* y, const float* x, std::int64_t b, std::int64_t e) {
@@ -480,7 +464,7 @@ void gelu_tanh(const float* x, std::int64_t n, float* y) {
   });
 }
 
-// The reference's std::erf, split across the pool (Highway has no vector erf).
+// Highway has no vector erf: ErfApprox above is this project's.
 void gelu_erf(const float* x, std::int64_t n, float* y) {
   parallel_for(n, grain_for(40), [&](std::int64_t b, std::int64_t e) { HWY_DYNAMIC_DISPATCH(GeluErfRange)(x, y, b, e); });
 }
