@@ -1,8 +1,6 @@
 #include "qhexrt/pipeline.hpp"
 #include "runtime/manifest.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -102,27 +100,6 @@ void Graph::run(std::span<const Binding> in, std::span<const Binding> out) {
   check_mapped_files(mappings);
 }
 
-std::byte* SessionState::buffer(const Graph& graph, const IoSpec& spec) {
-  auto& b = buffers[graph.name + "." + spec.name];
-  if (!b) {
-    // Checked: the shape is a product of the context length and config sizes.
-    std::size_t bytes = dtype_size(spec.dtype);
-    for (const auto d : spec.shape)
-      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::size_t>(d), &bytes))
-        fail("graph \"", graph.name, "\": state \"", spec.name, "\" is too large for this machine's address space");
-    // Left uninitialized: only positions already written are ever read, and
-    // untouched pages of a long context cost no memory.
-    b = make_state_buffer(bytes);
-  }
-  return b.get();
-}
-
-std::byte* SessionState::shared(const std::string& name, std::size_t bytes) {
-  auto& b = buffers[name];
-  if (!b) b = make_state_buffer(bytes);
-  return b.get();
-}
-
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
   if (stage.op == "load_images") return make_load_images_stage(stage, res);
   if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);
@@ -148,18 +125,6 @@ auto in_manifest(const Manifest& m, const std::string& what, Fn&& fn) {
 }
 
 }  // namespace
-
-StateBuffer make_state_buffer(std::size_t bytes) {
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
-  if (bytes > SIZE_MAX - kHuge) fail("out of memory: a graph's state needs ", bytes, " bytes");
-  const std::size_t rounded = std::max<std::size_t>((bytes + kHuge - 1) / kHuge * kHuge, kHuge);
-  void* p = std::aligned_alloc(kHuge, rounded);
-  if (p == nullptr) fail("out of memory: a graph's state needs ", rounded, " bytes");
-#ifdef MADV_HUGEPAGE
-  madvise(p, rounded, MADV_HUGEPAGE);  // advisory: failure is harmless
-#endif
-  return StateBuffer(static_cast<std::byte*>(p));
-}
 
 namespace {
 

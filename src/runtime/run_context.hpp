@@ -43,8 +43,8 @@ struct Table {
   void gather(const std::int32_t* ids, std::int64_t n, float* out) const;
 };
 
-// A state tensor's memory (the KV cache): uninitialized bytes on 2 MiB pages
-// where the system grants them (decode streams the KV cache like the weights,
+// A state tensor's memory (the KV cache; src/runtime/state_buffer.cpp): uninitialized
+// bytes on 2 MiB pages where the system grants them (decode streams the KV cache like the weights,
 // and 4 KiB pages would cost a TLB miss every few rows).
 struct StateFree {
   void operator()(std::byte* p) const { std::free(p); }
