@@ -9,6 +9,16 @@ cd "$QHX_ROOT"
 
 bash scripts/setup.sh
 
+# The toy model (a tiny Qwen3-VL trained on its synthetic task, scripts/toy_train.py; cached) trains
+# at the lowest priority beside everything below: the two cores are busy in the builds and C++ tests,
+# but the references, the qnn bundles and the Python tests leave about a third of them idle, which the
+# training (~400 s of both cores) fills. The accuracy test's fixture waits on the checkpoint's lock.
+toy_log="$(mktemp)"
+echo "== [${SECONDS} s] the toy model trains in the background (nice 19; log at the end)"
+HF_HUB_OFFLINE=1 nice -n 19 "$QHX_PY" scripts/toy_train.py >"$toy_log" 2>&1 &
+toy_pid=$!
+trap 'kill "$toy_pid" 2>/dev/null; rm -f "$toy_log"' EXIT
+
 echo "== [${SECONDS} s] references: tiny checkpoints written by transformers, fp32 outputs (cached)"
 HF_HUB_OFFLINE=1 "$QHX_PY" tests/reference/build_all.py
 echo "== [${SECONDS} s] references: the same tiny configs written and computed by transformers 5.x (cached)"
@@ -45,9 +55,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== [${SECONDS} s] fuzzing: every target for ${QHX_CI_FUZZ_SECONDS:=10} s, two at a time"
 bash scripts/fuzz_all.sh "$QHX_CI_FUZZ_SECONDS" 2
 
-echo "== [${SECONDS} s] the toy model: a tiny Qwen3-VL trained on its synthetic task (scripts/toy_train.py; cached)"
-HF_HUB_OFFLINE=1 "$QHX_PY" scripts/toy_train.py
-
 echo "== [${SECONDS} s] Python tests: text parity on the plain reference kernels (the oracle path)"
 QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q
 
@@ -55,6 +62,10 @@ echo "== [${SECONDS} s] Python tests (parity with Hugging Face; fast kernels)"
 CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
   QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q --durations=20
 ccache --show-stats | sed -n '1,6p'  # the package build's hits
+toy_rc=0; wait "$toy_pid" || toy_rc=$?
+echo "== the toy model's background training (exit code $toy_rc):"
+tail -c 1500 "$toy_log" | tr '\r' '\n' | tail -n 4
+[ "$toy_rc" -eq 0 ] || { echo "the toy model's training failed"; exit 1; }
 echo "== the toy model's held-out accuracy per path (tests/python/test_toy_accuracy.py)"
 cat "$QHX_CACHE/toy/accuracy.md"
 echo "== [${SECONDS} s] all tests passed"

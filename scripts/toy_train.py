@@ -33,6 +33,7 @@ The recipe (docs/toy.md says why each part is there):
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -555,14 +556,21 @@ def train(out: Path, recipe: dict[str, Any], log=print) -> dict[str, Any]:
 
 def ensure_toy_checkpoint(out: Path | None = None, force: bool = False, recipe: dict[str, Any] | None = None,
                           log=print) -> Path:
-    """The trained checkpoint's folder, trained now unless a matching one is cached."""
+    """The trained checkpoint's folder, trained now unless a matching one is cached.
+
+    One process trains a folder at a time: the others wait on its lock file and then find the
+    checkpoint cached (scripts/test.sh trains in the background while the tests run, and the
+    accuracy test's fixture waits here until that training is done)."""
     out = out or default_out()
     recipe = recipe or RECIPE
-    stamp = read_stamp(out)
-    if not force and stamp is not None and stamp.get("hash") == recipe_hash(tokenizer_dir(), recipe) \
-            and (out / "model.safetensors").is_file():
-        return out
-    train(out, recipe, log)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        stamp = read_stamp(out)
+        if not force and stamp is not None and stamp.get("hash") == recipe_hash(tokenizer_dir(), recipe) \
+                and (out / "model.safetensors").is_file():
+            return out
+        train(out, recipe, log)
     return out
 
 
