@@ -12,6 +12,7 @@
 #include "common/debug_dump.hpp"
 #include "nn/attention.hpp"
 #include "nn/mlp.hpp"
+#include "nn/kv_touch.hpp"
 #include "nn/rope.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/hf_config.hpp"
@@ -57,6 +58,14 @@ class DecoderCore {
   std::string name_;
   Qwen3VLTextConfig cfg_;
   std::int64_t ctx_ = 0, max_t_ = 0;
+  // The cache as touch_ahead's regions: a layer's keys or values, or (i8) one head of them.
+  nn::KvRegions kv_regions(std::byte* kv) const {
+    const std::int64_t L = cfg_.num_hidden_layers, hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
+    if (kv_store_ == nn::KvStore::I8) return {kv, L * 2 * hkv, ctx_, d + 4};
+    return {kv, L * 2, ctx_, hkv * d * (kv_store_ == nn::KvStore::F16 ? 2 : 4)};
+  }
+  // touch_ahead's reach: at least the regions it cycles through (the 2B's 56, or 448 for i8).
+  static constexpr std::int64_t kTouchAhead = 512;
   std::int64_t kv_layer_bytes() const {  // one layer's keys and values
     const std::int64_t hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
     switch (kv_store_) {
@@ -136,6 +145,7 @@ void DecoderCore::forward(const float* embeds, std::int64_t T, std::int64_t star
   std::memcpy(h, embeds, static_cast<std::size_t>(T * hidden) * sizeof(float));
   debug::dump("hidden.embed", h, {T, hidden});
   const std::int64_t kv_layer = kv_layer_bytes();
+  nn::touch_ahead(kv_regions(kv), start, T, kTouchAhead);  // page faults spread over the steps (nn/kv_touch.hpp)
   const nn::AttentionShape shape{cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim,
                                  static_cast<float>(cfg_.rms_norm_eps)};
   for (std::size_t l = 0; l < layers_.size(); ++l) {

@@ -5,11 +5,17 @@
 // Parity of those fresh runs with transformers is tests/python/test_session_parity.py.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "qhexrt/error.hpp"
+#include "nn/kv_touch.hpp"
 #include "qhexrt/session.hpp"
 #include "runtime/manifest.hpp"
 #include "test_support.hpp"
@@ -348,6 +354,34 @@ TEST(Session, UnsupportedTemplateConstructIsNamedWhenThePlanOpens) {
   test::TempDir dir;
   const auto ckpt = checkpoint_with_template(dir, "{% for m in messages %}\n{% include 'turn.jinja' %}{% endfor %}");
   test::expect_error([&] { Pipeline::open(ckpt); }, {"chat_template", "chat_template.jinja:2:", "unsupported Jinja construct 'include'"});
+}
+
+// The KV cache's pages are faulted in ahead of the writes, one region's row per token
+// (nn/kv_touch.hpp), and the cache's bytes stay as they were.
+TEST(KvTouch, FaultsInTheRowAheadOfEachTokenInTurnAndChangesNoByte) {
+  const auto page = static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
+  const std::int64_t regions = 3, ctx = 64, ahead = 8;  // a row a page: residency tells which rows were touched
+  const auto bytes = static_cast<std::size_t>(regions * ctx * page);
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  ::madvise(map, bytes, MADV_NOHUGEPAGE);
+  const nn::KvRegions kv{static_cast<std::byte*>(map), regions, ctx, page};
+  nn::touch_ahead(kv, 10, 5, ahead);  // tokens 10..14: region t mod 3, row t + 8
+  std::vector<unsigned char> resident(static_cast<std::size_t>(regions * ctx));
+  ASSERT_EQ(::mincore(map, bytes, resident.data()), 0);
+  for (std::int64_t r = 0; r < regions; ++r)
+    for (std::int64_t row = 0; row < ctx; ++row) {
+      const bool want = row >= 18 && row <= 22 && (row - ahead) % regions == r;
+      EXPECT_EQ((resident[static_cast<std::size_t>(r * ctx + row)] & 1) != 0, want) << "region " << r << " row " << row;
+    }
+  // Rows past the context are left alone; what was there stays (the tests' NaN poison included).
+  std::memset(map, 0xA5, bytes);
+  static_cast<std::byte*>(map)[(2 * ctx + 63) * page] = std::byte{0x7F};
+  nn::touch_ahead(kv, 50, 14, ahead);  // rows 58..71: 58..63 exist, the rest are past ctx
+  EXPECT_EQ(static_cast<std::byte*>(map)[(2 * ctx + 63) * page], std::byte{0x7F});
+  const auto* b = static_cast<const unsigned char*>(map);
+  EXPECT_EQ(std::count(b, b + bytes, 0xA5), static_cast<std::ptrdiff_t>(bytes) - 1);
+  ::munmap(map, bytes);
 }
 
 TEST(Messages, ParsesStringsAndParts) {
