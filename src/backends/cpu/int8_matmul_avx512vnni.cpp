@@ -40,7 +40,11 @@ namespace qhx::cpu {
 namespace {
 
 
-#define QHX_PF 4096
+// How far ahead of its loads decode's panel stream prefetches (into L1). On a
+// 2-core Sapphire Rapids VM, 3,072 bytes streamed a decode step's w8 matrices at
+// 27.5 GB/s on 2 threads and 14.3 on 1, against 25.1 and 12.8 at 4,096 (2,560 was
+// as good, 3,584 and 2,048 in between): bench_kernels --only "decode stack".
+constexpr std::int64_t kDecodePrefetchBytes = 3072;
 constexpr int kP = 16;  // outputs per panel: one zmm of int32
 constexpr int kMaxMR = 8;
 constexpr int kMaxNR = 3;
@@ -145,7 +149,7 @@ __attribute__((always_inline)) inline void panel_m1(const std::uint8_t* q, const
   __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
   std::int64_t g = 0;
   for (; g + 4 <= k4; g += 4) {
-    for (int u = 0; u < 4; ++u) _mm_prefetch(reinterpret_cast<const char*>(b + (g + u) * kP * 4 + QHX_PF), _MM_HINT_T0);
+    for (int u = 0; u < 4; ++u) _mm_prefetch(reinterpret_cast<const char*>(b + (g + u) * kP * 4 + kDecodePrefetchBytes), _MM_HINT_T0);
     for (int u = 0; u < 4; ++u) {
       std::int32_t a4;
       std::memcpy(&a4, q + 4 * (g + u), 4);
