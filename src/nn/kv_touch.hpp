@@ -8,8 +8,9 @@
 // f16 cache, 56 pages of 2 MiB at positions 1024, 2048, ..., which stalled one
 // decode step by 0.35 s on a 2-core VM. touch_ahead spreads those faults: each
 // token touches one region's row `ahead` positions later, regions in turn. With
-// `ahead` at least the number of regions, every region's next page is touched
-// before the writes reach it (pages shorter than that are cheap to fault anyway).
+// `ahead` at least the number of regions (and at most a page's rows), every
+// region's next page is touched before the writes reach it, one region a step
+// (pages shorter than that are cheap to fault anyway).
 #pragma once
 
 #include <cstddef>

@@ -64,8 +64,10 @@ class DecoderCore {
     if (kv_store_ == nn::KvStore::I8) return {kv, L * 2 * hkv, ctx_, d + 4};
     return {kv, L * 2, ctx_, hkv * d * (kv_store_ == nn::KvStore::F16 ? 2 : 4)};
   }
-  // touch_ahead's reach: at least the regions it cycles through (the 2B's 56, or 448 for i8).
-  static constexpr std::int64_t kTouchAhead = 512;
+  // touch_ahead's reach: the regions it cycles through, and at least 64 rows. No further:
+  // a prefill pays for the pages it touches ahead, and those are the ones its first
+  // 64 decode steps would fault (a prompt ending just short of a page boundary).
+  std::int64_t touch_reach(const nn::KvRegions& r) const { return std::max<std::int64_t>(64, r.regions); }
   std::int64_t kv_layer_bytes() const {  // one layer's keys and values
     const std::int64_t hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
     switch (kv_store_) {
@@ -145,7 +147,8 @@ void DecoderCore::forward(const float* embeds, std::int64_t T, std::int64_t star
   std::memcpy(h, embeds, static_cast<std::size_t>(T * hidden) * sizeof(float));
   debug::dump("hidden.embed", h, {T, hidden});
   const std::int64_t kv_layer = kv_layer_bytes();
-  nn::touch_ahead(kv_regions(kv), start, T, kTouchAhead);  // page faults spread over the steps (nn/kv_touch.hpp)
+  const nn::KvRegions regions = kv_regions(kv);
+  nn::touch_ahead(regions, start, T, touch_reach(regions));  // page faults spread over the steps (nn/kv_touch.hpp)
   const nn::AttentionShape shape{cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim,
                                  static_cast<float>(cfg_.rms_norm_eps)};
   for (std::size_t l = 0; l < layers_.size(); ++l) {
