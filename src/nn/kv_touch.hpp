@@ -7,10 +7,10 @@
 // past a page boundary faults a new page in every region at once: for the 2B's
 // f16 cache, 56 pages of 2 MiB at positions 1024, 2048, ..., which stalled one
 // decode step by 0.35 s on a 2-core VM. touch_ahead spreads those faults: each
-// token touches one region's row `ahead` positions later, regions in turn. With
-// `ahead` at least the number of regions (and at most a page's rows), every
-// region's next page is touched before the writes reach it, one region a step
-// (pages shorter than that are cheap to fault anyway).
+// token touches one region's row `ahead` positions later, regions in turn. The
+// reach is raised to the number of regions if shorter: then (while it is at most
+// a page's rows) every region's next page is touched before the writes reach it,
+// one region a step (pages shorter than that are cheap to fault anyway).
 #pragma once
 
 #include <cstddef>
@@ -25,7 +25,7 @@ struct KvRegions {
 };
 
 // For each position t in [start, start + T): reads and rewrites one byte of row
-// t + ahead of region t mod regions (rows past ctx are left alone). The cache's
+// t + max(ahead, regions) of region t mod regions (rows past ctx are left alone). The cache's
 // contents do not change (QHX_TEST_POISON_STATE's NaN bytes stay NaN).
 void touch_ahead(const KvRegions& kv, std::int64_t start, std::int64_t T, std::int64_t ahead);
 

@@ -58,16 +58,16 @@ class DecoderCore {
   std::string name_;
   Qwen3VLTextConfig cfg_;
   std::int64_t ctx_ = 0, max_t_ = 0;
-  // The cache as touch_ahead's regions: a layer's keys or values, or (i8) one head of them.
+  // The cache as touch_ahead's regions (kv_spec's layout): a layer's keys or values, or
+  // (i8, head-major) one head of them; a region's rows are kv_layer_bytes() / 2 split so.
   nn::KvRegions kv_regions(std::byte* kv) const {
-    const std::int64_t L = cfg_.num_hidden_layers, hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
-    if (kv_store_ == nn::KvStore::I8) return {kv, L * 2 * hkv, ctx_, d + 4};
-    return {kv, L * 2, ctx_, hkv * d * (kv_store_ == nn::KvStore::F16 ? 2 : 4)};
+    const std::int64_t per_half = kv_store_ == nn::KvStore::I8 ? cfg_.num_key_value_heads : 1;
+    return {kv, cfg_.num_hidden_layers * 2 * per_half, ctx_, kv_layer_bytes() / 2 / per_half / ctx_};
   }
-  // touch_ahead's reach: the regions it cycles through, and at least 64 rows. No further:
-  // a prefill pays for the pages it touches ahead, and those are the ones its first
-  // 64 decode steps would fault (a prompt ending just short of a page boundary).
-  std::int64_t touch_reach(const nn::KvRegions& r) const { return std::max<std::int64_t>(64, r.regions); }
+  // touch_ahead's reach, at least 64 rows and no further: a prefill pays for the pages it
+  // touches ahead, and those are the ones its first 64 decode steps would fault (a prompt
+  // ending just short of a page boundary).
+  static constexpr std::int64_t kTouchReach = 64;
   std::int64_t kv_layer_bytes() const {  // one layer's keys and values
     const std::int64_t hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
     switch (kv_store_) {
@@ -147,8 +147,7 @@ void DecoderCore::forward(const float* embeds, std::int64_t T, std::int64_t star
   std::memcpy(h, embeds, static_cast<std::size_t>(T * hidden) * sizeof(float));
   debug::dump("hidden.embed", h, {T, hidden});
   const std::int64_t kv_layer = kv_layer_bytes();
-  const nn::KvRegions regions = kv_regions(kv);
-  nn::touch_ahead(regions, start, T, touch_reach(regions));  // page faults spread over the steps (nn/kv_touch.hpp)
+  nn::touch_ahead(kv_regions(kv), start, T, kTouchReach);  // page faults spread over the steps (nn/kv_touch.hpp)
   const nn::AttentionShape shape{cfg_.num_attention_heads, cfg_.num_key_value_heads, cfg_.head_dim,
                                  static_cast<float>(cfg_.rms_norm_eps)};
   for (std::size_t l = 0; l < layers_.size(); ++l) {

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qhexrt/error.hpp"
 #include "nn/kv_touch.hpp"
+#include "qhexrt/error.hpp"
 #include "qhexrt/session.hpp"
 #include "runtime/manifest.hpp"
 #include "test_support.hpp"
