@@ -314,10 +314,11 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
       k.gemm(qp, ldq, m, sp, w, bias, y, w.rows, b, e);
   };
   if (m == 1) {
-    // Decode streams the weights: one contiguous run of panels per thread. About
-    // 64k multiply-adds per chunk at least, so a chunk is worth a hand-off.
+    // Decode streams the weights: each thread its own run of panels, balanced at
+    // the end a panel at a time (thread_pool.hpp). About 64k multiply-adds per
+    // thread at least, so a share is worth a hand-off.
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, w.cols * w.panel));
-    parallel_for(w.panels, grain, panels);
+    parallel_for_balanced(w.panels, grain, 1, panels);
     return;
   }
   // Several rows: pieces of about 256 KiB of panels (the kernels' L2 block),

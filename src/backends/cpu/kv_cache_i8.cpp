@@ -7,12 +7,15 @@ namespace qhx::cpu {
 void kv_i8_write(const float* x, std::int64_t T, std::int64_t hkv, std::int64_t d, std::int64_t ctx,
                  std::int64_t start, std::int8_t* cache) {
   const std::int64_t rb = kv_i8_row_bytes(d);
+  // The best kernel's quantize is quantize_rows_q8 bit for bit, vectorized: a decode
+  // step writes 2 · layers · kv_heads rows (0.3 ms of a 2B step with the scalar one).
+  const auto quantize = int8_kernel_best().quantize;
   for (std::int64_t t = 0; t < T; ++t)
     for (std::int64_t g = 0; g < hkv; ++g) {
       std::int8_t* row = cache + (g * ctx + start + t) * rb;
       float s = 0.0f;
       // offset 0: the signed values' bytes, and no padding columns (ldq = d).
-      quantize_rows_q8(x + (t * hkv + g) * d, 1, d, d, 0, reinterpret_cast<std::uint8_t*>(row), &s);
+      quantize(x + (t * hkv + g) * d, 1, d, d, 0, reinterpret_cast<std::uint8_t*>(row), &s);
       std::memcpy(row + d, &s, sizeof s);
     }
 }

@@ -34,6 +34,8 @@ constexpr int kSpin = 20000;
 
 thread_local bool t_in_pool_job = false;  // set while a thread runs a chunk
 
+using detail::Split;
+
 class Pool {
  public:
   ~Pool() { stop(); }
@@ -46,24 +48,32 @@ class Pool {
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
 
-  void run(std::int64_t n, std::int64_t grain, std::int64_t piece, detail::ChunkFn call, void* ctx) {
+  void run(std::int64_t n, std::int64_t grain, std::int64_t piece, Split split, detail::ChunkFn call, void* ctx) {
     if (n <= 0) return;
     grain = std::max<std::int64_t>(1, grain);
-    const std::int64_t max_chunks = piece > 0 ? (n + piece - 1) / piece : std::max<std::int64_t>(1, n / grain);
+    if (split == Split::Chunks) piece = 0;
+    const std::int64_t pieces = piece > 0 ? (n + piece - 1) / piece : 0;
+    const std::int64_t by_grain = std::max<std::int64_t>(1, n / grain);
+    const std::int64_t max_chunks =
+        split == Split::Pieces ? pieces : split == Split::Balanced ? std::min(pieces, by_grain) : by_grain;
     std::unique_lock<std::mutex> busy(call_mu_, std::try_to_lock);
     const std::int64_t chunks = std::min<std::int64_t>(threads(), max_chunks);
     if (chunks <= 1 || !busy.owns_lock() || t_in_pool_job) {  // serial: small, nested or concurrent
-      if (piece > 0)
+      if (split == Split::Pieces)
         for (std::int64_t b = 0; b < n; b += piece) call(ctx, b, std::min(n, b + piece));
       else
-        call(ctx, 0, n);
+        call(ctx, 0, n);  // Balanced: one run of whole pieces
       return;
     }
     start_workers();
     n_ = n;
     chunks_ = chunks;
     piece_ = piece;
+    split_ = split;
     next_piece_.store(0, std::memory_order_relaxed);
+    if (split == Split::Balanced)
+      for (std::int64_t i = 0; i < chunks; ++i)
+        shares_[static_cast<std::size_t>(i)].set(pieces * i / chunks, pieces * (i + 1) / chunks);
     call_ = call;
     ctx_ = ctx;
     error_ = nullptr;
@@ -77,10 +87,7 @@ class Pool {
     std::exception_ptr mine;
     t_in_pool_job = true;
     try {
-      if (piece > 0)
-        run_pieces();
-      else
-        call(ctx, 0, n / chunks);
+      run_share(0);
     } catch (...) {
       mine = std::current_exception();
     }
@@ -96,6 +103,34 @@ class Pool {
   }
 
  private:
+  // Thread `index`'s part of the current job.
+  void run_share(int index) {
+    switch (split_) {
+      case Split::Chunks:
+        call_(ctx_, n_ * index / chunks_, n_ * (index + 1) / chunks_);
+        return;
+      case Split::Pieces:
+        run_pieces();
+        return;
+      case Split::Balanced:
+        run_balanced(index);
+        return;
+    }
+  }
+
+  // A thread's own pieces from the front in runs of a quarter of what is left
+  // (a few claims per call, one stream), then other threads' pieces one at a
+  // time from their backs. An exception stops this thread; the others finish.
+  void run_balanced(int self) {
+    std::int64_t b = 0, e = 0;
+    while (shares_[static_cast<std::size_t>(self)].claim_front(b, e))
+      call_(ctx_, b * piece_, std::min(n_, e * piece_));
+    for (std::int64_t k = 1; k < chunks_; ++k) {
+      Share& victim = shares_[static_cast<std::size_t>((self + k) % chunks_)];
+      while (victim.claim_back(b)) call_(ctx_, b * piece_, std::min(n_, (b + 1) * piece_));
+    }
+  }
+
   // Takes pieces until none is left (an exception stops this thread's share;
   // the others finish theirs).
   void run_pieces() {
@@ -114,6 +149,7 @@ class Pool {
     // Each worker starts from the current generation, so it cannot miss the
     // job that is published right after this returns.
     const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+    shares_ = std::make_unique<Share[]>(static_cast<std::size_t>(t));
     for (int i = 1; i < t; ++i) workers_.emplace_back([this, i, gen] { worker(i, gen); });
   }
 
@@ -142,14 +178,9 @@ class Pool {
         if (stop_) return;
       }
       if (index < chunks_) {
-        const std::int64_t begin = n_ * index / chunks_;
-        const std::int64_t end = n_ * (index + 1) / chunks_;
         t_in_pool_job = true;
         try {
-          if (piece_ > 0)
-            run_pieces();
-          else
-            call_(ctx_, begin, end);
+          run_share(index);
         } catch (...) {
           std::lock_guard<std::mutex> lk(mu_);
           if (!error_) error_ = std::current_exception();
@@ -173,8 +204,44 @@ class Pool {
   std::atomic<int> pending_{0};
   bool stop_ = false;
 
+  // One thread's pieces [lo, hi) of a Balanced job: its owner claims from the
+  // front, others from the back, both by compare-and-swap of the packed pair.
+  struct alignas(64) Share {  // a cache line each: owners do not contend
+    std::atomic<std::uint64_t> range{0};
+    static std::uint64_t pack(std::int64_t lo, std::int64_t hi) {
+      return static_cast<std::uint64_t>(lo) << 32 | static_cast<std::uint64_t>(hi);
+    }
+    void set(std::int64_t lo, std::int64_t hi) { range.store(pack(lo, hi), std::memory_order_relaxed); }
+    bool claim_front(std::int64_t& b, std::int64_t& e) {
+      std::uint64_t r = range.load(std::memory_order_relaxed);
+      for (;;) {
+        const auto lo = static_cast<std::int64_t>(r >> 32), hi = static_cast<std::int64_t>(r & 0xFFFFFFFFu);
+        if (lo >= hi) return false;
+        const std::int64_t take = std::max<std::int64_t>(1, (hi - lo) / 4);
+        if (range.compare_exchange_weak(r, pack(lo + take, hi), std::memory_order_relaxed)) {
+          b = lo;
+          e = lo + take;
+          return true;
+        }
+      }
+    }
+    bool claim_back(std::int64_t& b) {
+      std::uint64_t r = range.load(std::memory_order_relaxed);
+      for (;;) {
+        const auto lo = static_cast<std::int64_t>(r >> 32), hi = static_cast<std::int64_t>(r & 0xFFFFFFFFu);
+        if (lo >= hi) return false;
+        if (range.compare_exchange_weak(r, pack(lo, hi - 1), std::memory_order_relaxed)) {
+          b = hi - 1;
+          return true;
+        }
+      }
+    }
+  };
+
   // The current job (written before generation_ is bumped, read after).
   std::int64_t n_ = 0, chunks_ = 0, piece_ = 0;
+  Split split_ = Split::Chunks;
+  std::unique_ptr<Share[]> shares_;  // one per thread (start_workers)
   std::atomic<std::int64_t> next_piece_{0};
   detail::ChunkFn call_ = nullptr;
   void* ctx_ = nullptr;
@@ -192,8 +259,10 @@ void set_threads(int n) { pool().set_threads(n); }
 int num_threads() { return pool().threads(); }
 
 namespace detail {
-void parallel_run(std::int64_t n, std::int64_t grain, std::int64_t piece, ChunkFn call, void* ctx) {
-  pool().run(n, grain, piece, call, ctx);
+void parallel_run(std::int64_t n, std::int64_t grain, std::int64_t piece, Split split, ChunkFn call, void* ctx) {
+  if (split == Split::Balanced && (n + piece - 1) / piece > std::int64_t{0xFFFFFFFF})
+    piece = (n + std::int64_t{0xFFFFFFFE}) / std::int64_t{0xFFFFFFFF};  // the packed share holds 32-bit indices
+  pool().run(n, grain, piece, split, call, ctx);
 }
 }  // namespace detail
 
