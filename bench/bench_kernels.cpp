@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
     for (const std::int64_t ctx : {std::int64_t{1024}, std::int64_t{4096}})
       for (const Kv kv : {Kv::F32, Kv::F16, Kv::I8}) {
         if (!wanted(name)) break;
-        // Per layer: keys then values, [ctx, hkv, d] (f32, f16) or [hkv, ctx, d + 4] bytes (i8).
+        // Per layer: keys then values, [ctx, hkv, d] (f32), [hkv, ctx, d] (f16) or [hkv, ctx, d + 4]
+        // bytes (i8); random values, so the f16 elements are simply written in order.
         const std::int64_t row = kv == Kv::I8 ? qhx::cpu::kv_i8_row_bytes(kD) : kD * (kv == Kv::F16 ? 2 : 4);
         const auto half = static_cast<std::size_t>(ctx * kHkv * row);
         std::vector<std::vector<std::uint8_t, HugeAlloc<std::uint8_t>>> cache(kLayers);
@@ -255,7 +256,7 @@ int main(int argc, char** argv) {
                                               ctx - 1, 0.088f, o.data());
             else if (kv == Kv::F16)
               active_kernels().attention_f16kv(q.data(), reinterpret_cast<const std::uint16_t*>(k),
-                                               reinterpret_cast<const std::uint16_t*>(v), 1, ctx, kHq, kHkv, kD,
+                                               reinterpret_cast<const std::uint16_t*>(v), 1, ctx, ctx, kHq, kHkv, kD,
                                                ctx - 1, 0.088f, true, o.data());
             else
               active_kernels().attention(q.data(), reinterpret_cast<const float*>(k),

@@ -40,11 +40,17 @@ void self_attention(const cpu::KernelSet& k, const AttentionWeights& w, const At
     cpu::kv_i8_write(sc.v.data(), T, hkv, d, cache.ctx, start, vc);
     k.attention_i8kv(sc.q.data(), kc, vc, T, start + T, cache.ctx, hq, hkv, d, start, scale, sc.attn.data());
   } else if (cache.store == KvStore::F16) {
+    // [hkv, ctx, d]: each token's row of each head goes to that head's rows.
     auto* kc = static_cast<std::uint16_t*>(cache.k);
     auto* vc = static_cast<std::uint16_t*>(cache.v);
-    k.to_f16(sc.k.data(), T * row, kc + at);
-    k.to_f16(sc.v.data(), T * row, vc + at);
-    k.attention_f16kv(sc.q.data(), kc, vc, T, start + T, hq, hkv, d, start, scale, /*causal=*/true, sc.attn.data());
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t g = 0; g < hkv; ++g) {
+        const std::int64_t from = (t * hkv + g) * d, to = (g * cache.ctx + start + t) * d;
+        k.to_f16(sc.k.data() + from, d, kc + to);
+        k.to_f16(sc.v.data() + from, d, vc + to);
+      }
+    k.attention_f16kv(sc.q.data(), kc, vc, T, start + T, cache.ctx, hq, hkv, d, start, scale, /*causal=*/true,
+                      sc.attn.data());
   } else {
     auto* kc = static_cast<float*>(cache.k);
     auto* vc = static_cast<float*>(cache.v);

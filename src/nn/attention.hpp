@@ -33,8 +33,8 @@ struct AttentionScratch {
 // per token and KV head (backends/cpu/kv_cache_i8.hpp: about a quarter of f32).
 enum class KvStore { F32, F16, I8 };
 
-// One layer's KV cache: keys and values [ctx, kv_heads, head_dim] (f32, f16),
-// or [kv_heads, ctx, head_dim + 4] bytes (I8).
+// One layer's KV cache: keys and values [ctx, kv_heads, head_dim] (f32),
+// [kv_heads, ctx, head_dim] (f16), or [kv_heads, ctx, head_dim + 4] bytes (I8).
 struct KvCache {
   void* k = nullptr;
   void* v = nullptr;

@@ -27,8 +27,7 @@ struct Layer {
   nn::SwiGluWeights mlp;
 };
 
-// The decoder's layers over a KV cache [layers, 2, ctx, kv_heads, head_dim];
-// both contracts below run it.
+// The decoder's layers over a KV cache (kv_spec's layout); both contracts below run it.
 class DecoderCore {
  public:
   void init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max_t);
@@ -37,12 +36,15 @@ class DecoderCore {
   std::int64_t max_t() const { return max_t_; }
   nn::KvStore kv_store() const { return kv_store_; }
   const std::string& name() const { return name_; }
-  // The cache as the graph's state tensor: [layers, 2, ctx, kv_heads, head_dim]
-  // of f32 or f16, or [layers, 2, kv_heads, ctx, head_dim + 4] bytes (i8).
+  // The cache as the graph's state tensor: [layers, 2, ctx, kv_heads, head_dim] of
+  // f32, [layers, 2, kv_heads, ctx, head_dim] of f16, or [layers, 2, kv_heads, ctx,
+  // head_dim + 4] bytes (i8): the compact caches keep each head's rows together,
+  // one sequential stream for decode's attention.
   IoSpec kv_spec() const {
     const std::int64_t L = cfg_.num_hidden_layers, hkv = cfg_.num_key_value_heads, d = cfg_.head_dim;
     if (kv_store_ == nn::KvStore::I8) return {"kv_cache", DType::I8, {L, 2, hkv, ctx_, d + 4}, IoRole::State};
-    return {"kv_cache", kv_store_ == nn::KvStore::F16 ? DType::F16 : DType::F32, {L, 2, ctx_, hkv, d}, IoRole::State};
+    if (kv_store_ == nn::KvStore::F16) return {"kv_cache", DType::F16, {L, 2, hkv, ctx_, d}, IoRole::State};
+    return {"kv_cache", DType::F32, {L, 2, ctx_, hkv, d}, IoRole::State};
   }
   void cos_sin(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const {
     nn::mrope_cos_sin(positions, T, inv_freq_, axes_, cos, sin);
@@ -59,9 +61,9 @@ class DecoderCore {
   Qwen3VLTextConfig cfg_;
   std::int64_t ctx_ = 0, max_t_ = 0;
   // The cache as touch_ahead's regions (kv_spec's layout): a layer's keys or values, or
-  // (i8, head-major) one head of them; a region's rows are kv_layer_bytes() / 2 split so.
+  // (i8 and f16, head-major) one head of them; a region's rows are kv_layer_bytes() / 2 split so.
   nn::KvRegions kv_regions(std::byte* kv) const {
-    const std::int64_t per_half = kv_store_ == nn::KvStore::I8 ? cfg_.num_key_value_heads : 1;
+    const std::int64_t per_half = kv_store_ == nn::KvStore::F32 ? 1 : cfg_.num_key_value_heads;
     return {kv, cfg_.num_hidden_layers * 2 * per_half, ctx_, kv_layer_bytes() / 2 / per_half / ctx_};
   }
   // touch_ahead's reach, at least 64 rows and no further: a prefill pays for the pages it

@@ -5,9 +5,9 @@
 //          positions  i32 [3, T]                   (T, H, W) rope positions, spec §6
 //          start      i64 [1]                      absolute index of the first token = KV write offset
 //          kv_cache   f32 [layers, 2, ctx, kv_heads, head_dim]   state: read and written
-//                     (f16 with the graph key "kv_cache": "f16"; with "i8",
-//                     i8 [layers, 2, kv_heads, ctx, head_dim + 4]: int8 rows with
-//                     their f32 scale, backends/cpu/kv_cache_i8.hpp; docs/manifest.md)
+//                     (with the graph key "kv_cache": "f16", f16 [layers, 2, kv_heads,
+//                     ctx, head_dim]; with "i8", i8 [layers, 2, kv_heads, ctx, head_dim + 4]:
+//                     int8 rows with their f32 scale, backends/cpu/kv_cache_i8.hpp; docs/manifest.md)
 //          deepstack  f32 [n_deepstack, T, hidden] added after layers 0..n-1 where image_mask is set
 //          image_mask u8  [T]
 // outputs  hidden     f32 [T, hidden]

@@ -246,16 +246,21 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
   const auto q = random(T * HQ * D);
   auto kc = random(N * HKV * D), vc = random(N * HKV * D);
   // Keys and values as f32 (attention) and as f16 (attention_f16kv: a decoder's
-  // KV cache); the f16 case rounds them first, so both are held to the same values.
+  // KV cache [HKV, CTX, D], each head's rows together, rows past N NaN); the f16
+  // case rounds them first, so both are held to the same values.
+  const int CTX = N + 3;
   for (const bool f16 : {false, true}) {
-  std::vector<std::uint16_t> kh(kc.size()), vh(vc.size());
+  std::vector<std::uint16_t> kh(static_cast<std::size_t>(HKV * CTX * D), 0x7E00), vh(kh.size(), 0x7E00);
   if (f16)
-    for (std::size_t i = 0; i < kc.size(); ++i) {
-      kh[i] = f32_to_f16(kc[i]);
-      vh[i] = f32_to_f16(vc[i]);
-      kc[i] = f16_to_f32(kh[i]);
-      vc[i] = f16_to_f32(vh[i]);
-    }
+    for (int j = 0; j < N; ++j)
+      for (int g = 0; g < HKV; ++g)
+        for (int c = 0; c < D; ++c) {
+          const auto i = static_cast<std::size_t>((j * HKV + g) * D + c), h = static_cast<std::size_t>((g * CTX + j) * D + c);
+          kh[h] = f32_to_f16(kc[i]);
+          vh[h] = f32_to_f16(vc[i]);
+          kc[i] = f16_to_f32(kh[h]);
+          vc[i] = f16_to_f32(vh[h]);
+        }
   for (const bool causal : {true, false}) {
     SCOPED_TRACE(std::string(f16 ? "f16" : "f32") + (causal ? " causal" : " full"));
     std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
@@ -277,7 +282,7 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
       }
     std::vector<float> out(want.size());
     if (f16)
-      k().attention_f16kv(q.data(), kh.data(), vh.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
+      k().attention_f16kv(q.data(), kh.data(), vh.data(), T, N, CTX, HQ, HKV, D, start, 0.5f, causal, out.data());
     else
       k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
     expect_close(out, want, 1e-5, 1e-5);
@@ -289,7 +294,7 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
       std::vector<float> one(static_cast<std::size_t>(HQ * D));
       const float* qi = q.data() + i * HQ * D;
       if (f16)
-        k().attention_f16kv(qi, kh.data(), vh.data(), 1, N, HQ, HKV, D, start + i, 0.5f, true, one.data());
+        k().attention_f16kv(qi, kh.data(), vh.data(), 1, N, CTX, HQ, HKV, D, start + i, 0.5f, true, one.data());
       else
         k().attention(qi, kc.data(), vc.data(), 1, N, HQ, HKV, D, start + i, 0.5f, true, one.data());
       for (int c = 0; c < HQ * D; ++c) ASSERT_EQ(one[c], out[i * HQ * D + c]) << "query " << i << " element " << c;

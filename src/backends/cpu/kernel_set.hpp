@@ -26,10 +26,12 @@ struct KernelSet {
   void (*attention)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                     std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
   // `attention` over keys and values stored as f16 (a decoder's KV cache kept
-  // in half the bytes): the results of `attention` on the widened values.
+  // in half the bytes): k and v are one layer's keys and values [hkv, ctx, d],
+  // each head's rows together, and the results are those of `attention` on the
+  // widened values.
   void (*attention_f16kv)(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t,
-                          std::int64_t n, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
-                          float scale, bool causal, float* out);
+                          std::int64_t n, std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d,
+                          std::int64_t start, float scale, bool causal, float* out);
   // y[i] = the f16 nearest x[i], ties to even (half.hpp's f32_to_f16, bit for bit).
   void (*to_f16)(const float* x, std::int64_t n, std::uint16_t* y);
   // Causal `attention` over an 8-bit KV cache (kv_cache_i8.hpp): k and v are one

@@ -20,8 +20,9 @@
 //               the outputs kept in registers; other head sizes: parallel over
 //               (query, head). A causal call's rows never depend on how many
 //               queries share the call (chunked prefill == one pass, bit for bit)
-//   attention_f16kv  the per-query paths of attention over an f16 KV cache,
-//               widened as it loads (the decoder's cache with "kv_cache": "f16")
+//   attention_f16kv  the per-query paths of attention over an f16 KV cache
+//               [hkv, ctx, d], widened as it loads (the decoder's cache with
+//               "kv_cache": "f16"); a head's rows are one sequential stream
 //   attention_i8kv   the same paths over the 8-bit cache (kv_cache_i8.hpp): each
 //               row widened exactly, its scale applied to the score and to the
 //               value row's weight; a head's rows are one sequential stream

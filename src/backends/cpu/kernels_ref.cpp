@@ -248,13 +248,18 @@ void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_
 }
 
 void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
-                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
-                     float* out) {
+                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
+                     bool causal, float* out) {
+  // Widened into attention's [n, hkv, d].
   std::vector<float> kf(static_cast<std::size_t>(n * hkv * d)), vf(kf.size());
-  for (std::size_t i = 0; i < kf.size(); ++i) {
-    kf[i] = f16_to_f32(k[i]);
-    vf[i] = f16_to_f32(v[i]);
-  }
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t g = 0; g < hkv; ++g)
+      for (std::int64_t c = 0; c < d; ++c) {
+        const auto from = static_cast<std::size_t>((g * ctx + j) * d + c);
+        const auto to = static_cast<std::size_t>((j * hkv + g) * d + c);
+        kf[to] = f16_to_f32(k[from]);
+        vf[to] = f16_to_f32(v[from]);
+      }
   attention(q, kf.data(), vf.data(), t, n, hq, hkv, d, start, scale, causal, out);
 }
 

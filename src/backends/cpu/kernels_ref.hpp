@@ -47,10 +47,10 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
 
-// attention on k and v widened from f16 (exactly) to f32.
+// attention on k and v [hkv, ctx, d] widened from f16 (exactly) to f32.
 void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
-                     std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
-                     float* out);
+                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
+                     bool causal, float* out);
 // y[i] = f32_to_f16(x[i]) (common/half.hpp).
 void to_f16(const float* x, std::int64_t n, std::uint16_t* y);
 // causal attention on the values an 8-bit KV cache stands for (kv_cache_i8.hpp),
