@@ -28,31 +28,24 @@ namespace hn = hwy::HWY_NAMESPACE;
 std::int64_t Lanes() { return lanes(); }  // exported: the dispatcher's view of the vector width
 
 // Where the rows of one KV head lie, and the factor a row's values carry:
-// f32 and f16 keys and values [n, hkv, d] carry 1 (a product with 1 is exact,
-// so those paths compute what they did before there were factors); the 8-bit
-// cache [hkv, ctx, d + 4] carries each row's scale. A score is then
-// (q · row) · factor · scale, and a value row's weight p · (1 / l) · factor.
+// f32 keys and values [n, hkv, d] and the f16 cache [hkv, ctx, d] carry 1 (a
+// product with 1 is exact, so those paths compute what they did before there
+// were factors); the 8-bit cache [hkv, ctx, d + 4] carries each row's scale. A
+// score is then (q · row) · factor · scale, and a value row's weight p · (1 / l) · factor.
+// Dense rows: row j of head g at j · row_stride + g · head_stride elements. The f16
+// cache keeps a head's rows together (one sequential stream per head in decode;
+// token-major rows, hkv · d apart, left the hardware prefetchers a 256-byte run
+// in every 2 KiB and held decode's attention to ~15 GB/s on 2 cores).
 template <class T>
 struct DenseRows {
   using Elem = T;
   const T* base;
-  std::int64_t hkv, d;
-  HWY_INLINE const T* row(std::int64_t j, std::int64_t g) const { return base + (j * hkv + g) * d; }
+  std::int64_t row_stride, head_stride;
+  static DenseRows token_major(const T* base, std::int64_t hkv, std::int64_t d) { return {base, hkv * d, d}; }
+  static DenseRows head_major(const T* base, std::int64_t ctx, std::int64_t d) { return {base, d, ctx * d}; }
+  HWY_INLINE const T* row(std::int64_t j, std::int64_t g) const { return base + j * row_stride + g * head_stride; }
   HWY_INLINE float factor(const T*) const { return 1.0f; }
-  std::int64_t stride() const { return hkv * d; }  // elements from a head's row j to its row j + 1
-};
-// An f16 cache's layer [hkv, ctx, d]: a head's rows together (one sequential
-// stream per head in decode; token-major rows, hkv · d apart, left the hardware
-// prefetchers a 256-byte run in every 2 KiB and held decode's attention to
-// ~15 GB/s on 2 cores).
-template <class T>
-struct HeadRows {
-  using Elem = T;
-  const T* base;
-  std::int64_t ctx, d;
-  HWY_INLINE const T* row(std::int64_t j, std::int64_t g) const { return base + (g * ctx + j) * d; }
-  HWY_INLINE float factor(const T*) const { return 1.0f; }
-  std::int64_t stride() const { return d; }
+  std::int64_t stride() const { return row_stride; }  // elements from a head's row j to its row j + 1
 };
 struct I8Rows {
   using Elem = std::int8_t;
@@ -228,14 +221,14 @@ void AttentionRowsT(bool grouped, const float* q, const Rows& k, const Rows& v, 
 void AttentionRows(bool grouped, const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,
                    std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal,
                    float* out, std::int64_t b, std::int64_t e, float* p) {
-  AttentionRowsT(grouped, q, DenseRows<float>{k, hkv, d}, DenseRows<float>{v, hkv, d}, t, n, hq, hkv, d, start,
-                 scale, causal, out, b, e, p);
+  AttentionRowsT(grouped, q, DenseRows<float>::token_major(k, hkv, d), DenseRows<float>::token_major(v, hkv, d), t, n,
+                 hq, hkv, d, start, scale, causal, out, b, e, p);
 }
 void AttentionRowsF16(bool grouped, const float* q, const F16* k, const F16* v, std::int64_t t, std::int64_t n,
                       std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
                       float scale, bool causal, float* out, std::int64_t b, std::int64_t e, float* p) {
-  AttentionRowsT(grouped, q, HeadRows<F16>{k, ctx, d}, HeadRows<F16>{v, ctx, d}, t, n, hq, hkv, d, start, scale,
-                 causal, out, b, e, p);
+  AttentionRowsT(grouped, q, DenseRows<F16>::head_major(k, ctx, d), DenseRows<F16>::head_major(v, ctx, d), t, n, hq,
+                 hkv, d, start, scale, causal, out, b, e, p);
 }
 void AttentionRowsI8(bool grouped, const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t,
                      std::int64_t n, std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d,
