@@ -175,6 +175,55 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A speculation step's matrices: the w8 stack above with 1 + K rows (K drafts
+  // verified in one pass, K = 2, 4, 8), each against the 1-row step measured in the
+  // same round (the rows take turns, so each sees the same memory bandwidth). The
+  // weights are read once per call whatever the rows; what more rows cost is compute.
+  const std::string verify_name = "verify stack, " + std::to_string(kStackLayers) + " layers";
+  if (wanted(verify_name)) {
+    std::vector<WeightMatrix> stack;
+    std::vector<std::vector<std::int8_t>> keep;
+    std::vector<float> sw(6144, 0x1p-7f);
+    for (int l = 0; l < kStackLayers; ++l)
+      for (const Mat& mt : layer) {
+        keep.emplace_back(static_cast<std::size_t>(mt.n * mt.k));
+        for (auto& e : keep.back()) e = static_cast<std::int8_t>(qd(rng));
+        WeightMatrix w = WeightMatrix::w8(keep.back().data(), sw.data(), mt.n, mt.k);
+        w.int8_activations = true;
+        w.packed = active_kernels().pack(w);
+        w.data = nullptr;
+        w.scales = nullptr;
+        stack.push_back(w);
+      }
+    keep.clear();
+    const std::int64_t rows[] = {1, 3, 5, 9};
+    constexpr int kRows = 4;
+    std::vector<float> x(static_cast<std::size_t>(9 * 6144)), y(static_cast<std::size_t>(9 * 6144));
+    for (auto& e : x) e = nd(rng);
+    std::vector<double> times[kRows];
+    for (int i = 0; i < reps + 1; ++i)
+      for (int ri = 0; ri < kRows; ++ri) {
+        const auto t0 = Clock::now();
+        for (const WeightMatrix& w : stack) active_kernels().linear(x.data(), rows[ri], w, nullptr, y.data());
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (i > 0) times[ri].push_back(ms);
+      }
+    std::vector<double> med(kRows);
+    for (int ri = 0; ri < kRows; ++ri) {
+      std::sort(times[ri].begin(), times[ri].end());
+      med[static_cast<std::size_t>(ri)] = times[ri][times[ri].size() / 2];
+    }
+    for (int ri = 0; ri < kRows; ++ri) {
+      const std::string path = std::to_string(rows[ri]) + " rows/" + int8_kernel_best().name;
+      const double ratio = med[static_cast<std::size_t>(ri)] / med[0];
+      if (!json)
+        std::printf("%-32s %-24s %9.3f ms  %5.2fx the 1-row step (median)\n", verify_name.c_str(), path.c_str(),
+                    med[static_cast<std::size_t>(ri)], ratio);
+      out.push_back({{"shape", verify_name}, {"path", path}, {"ms", med[static_cast<std::size_t>(ri)]},
+                     {"vs_one_row", ratio}});
+    }
+  }
+
   // Attention: the vision encoder's (1,024 patches, 16 heads of 64, non-causal) and a
   // decoder's prefill chunk and decode step (16 query heads over 8 KV heads of 128).
   struct Att {

@@ -17,9 +17,14 @@
 //                    a step reads (layers x 2 x kv_heads x N rows)
 //                    (speed_vs_512: the median of per-run ratios, the two contexts run back to back)
 //   verify_steps_512 per K in {2, 4, 8}: ms of one speculation step that verifies K drafts
-//                    (forced tokens as the drafts, all accepted) against a plain decode step,
-//                    and the expected speed-up (1 - a^(K+1)) / (1 - a) · plain / step at
-//                    acceptance rates a = 0.5, 0.7, 0.9 (random weights show no real acceptance)
+//                    (forced tokens as the drafts, all accepted) against a plain decode step
+//                    run just before it (the median of the runs' ratios), and the expected
+//                    speed-up (1 - a^(K+1)) / (1 - a) · plain / step at acceptance rates
+//                    a = 0.5, 0.7, 0.9 (random weights show no real acceptance)
+//   adjacent fractions  decode at 512 and at N: also against the read bandwidth probed just
+//                    before and just after each run (`qhx_bench --bandwidth-probe`: the roofline's
+//                    read figure, in a child process), the better of the two probes; the host's
+//                    bandwidth for two threads moves by up to 2x within a minute
 // Fractions (n/a without the roofline file; a limit is the better of its 1-thread and
 // all-threads figures):
 //   decode_bw_fraction    = bytes of LLM + lm-head weights per token x tok/s / read bandwidth
@@ -29,12 +34,14 @@
 // path (w8 weights, "activations": "int8", the default), else the fp32 FMA peak.
 // Progress goes to stderr; stdout has the table, or with --json one JSON object.
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -44,8 +51,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "qhexrt/doctor.hpp"
@@ -185,6 +194,86 @@ std::optional<Roofline> load_roofline(const std::string& path) {
   return r;
 }
 
+// The read bandwidth now, measured as the roofline tool measures it: each thread
+// first touches its own slice of a fresh 1 GiB buffer, then all threads sum their
+// slices; best of 5 passes. Run by `qhx_bench --bandwidth-probe` in a process of its
+// own (read_bandwidth_now), so the benchmark's peak RSS does not count the buffer.
+double measure_read_bandwidth(int threads) {
+  const std::size_t words = (std::size_t{1} << 30) / sizeof(std::uint64_t);
+  const std::unique_ptr<std::uint64_t[]> buf(new std::uint64_t[words]);  // not yet touched
+  const int nt = std::max(1, threads);
+  constexpr int kPasses = 5;
+  std::barrier sync(nt);
+  std::vector<std::uint64_t> sums(static_cast<std::size_t>(nt));
+  double best = 1e30;
+  // Thread 0 is this thread (no more threads than cores, or a late wake-up would
+  // shorten the timed span); it times each pass from before the start barrier to
+  // after the end barrier, wake-ups included, as an OpenMP parallel region is timed.
+  const auto work = [&](int t) {
+    const std::size_t per = words / static_cast<std::size_t>(nt) / 8 * 8;
+    const std::size_t b = per * static_cast<std::size_t>(t), e = t + 1 == nt ? words / 8 * 8 : b + per;
+    for (std::size_t i = b; i < e; ++i) buf[i] = i;  // the reader touches its pages first
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const auto t0 = std::chrono::steady_clock::now();
+      sync.arrive_and_wait();
+      std::uint64_t a[8] = {};
+      for (std::size_t i = b; i < e; i += 8)
+        for (std::size_t u = 0; u < 8; ++u) a[u] += buf[i + u];
+      for (const std::uint64_t v : a) sums[static_cast<std::size_t>(t)] += v;
+      sync.arrive_and_wait();
+      if (t == 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  std::uint64_t all = 0;
+  for (const std::uint64_t v : sums) all += v;
+  if (all == 0) return 0;  // never: the sums are used, so the loads cannot be dropped
+  return static_cast<double>(words / 8 * 8 * sizeof(std::uint64_t)) / best / 1e9;
+}
+
+// GB/s from `qhx_bench --bandwidth-probe` run now (0 if it failed). On a shared
+// host the bandwidth two threads get moves by up to 2x within a minute (the host
+// places the VM's cores), so decode figures are also given against probes taken
+// just before and just after them, beside the roofline measured at the start.
+double read_bandwidth_now(int threads) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return 0;
+  int fd[2];
+  if (::pipe(fd) != 0) return 0;
+  const std::string self_s = self.string(), nt = std::to_string(threads);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd[0]);
+    ::close(fd[1]);
+    return 0;
+  }
+  if (pid == 0) {  // only exec after fork: this process has threads
+    ::dup2(fd[1], STDOUT_FILENO);
+    ::close(fd[0]);
+    ::close(fd[1]);
+    const char* args[] = {self_s.c_str(), "--bandwidth-probe", "--threads", nt.c_str(), nullptr};
+    ::execv(self_s.c_str(), const_cast<char* const*>(args));
+    ::_exit(127);
+  }
+  ::close(fd[1]);
+  std::string text;
+  char chunk[256];
+  for (ssize_t got; (got = ::read(fd[0], chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<std::size_t>(got));
+  ::close(fd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 0;
+  try {
+    return std::stod(text);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 // Draft lengths K whose verification step (K drafts checked in one pass) is timed.
 constexpr std::int64_t kVerifyDrafts[] = {2, 4, 8};
 
@@ -216,7 +305,7 @@ int main(int argc, char** argv) {
   std::string bundle = default_bundle(), roofline_path, image = "assets/sample.png";
   int runs = 0, threads = 0;
   std::int64_t decode_steps = 0, long_context = 0;
-  bool quick = false, as_json = false;
+  bool quick = false, as_json = false, bandwidth_probe = false;
   app.add_option("--bundle", bundle, "bundle directory (qhx_export output)");
   app.add_option("--roofline", roofline_path, "roofline JSON (scripts/bench.sh caches it); fractions are n/a without");
   app.add_option("--image", image, "image for the vision and TTFT figures");
@@ -231,7 +320,14 @@ int main(int argc, char** argv) {
       ->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
+  app.add_flag("--bandwidth-probe", bandwidth_probe,
+               "only measure the read bandwidth now with --threads threads and print GB/s (what the decode "
+               "figures are also compared with, run just before and after each)");
   QHX_CLI_PARSE(app, argc, argv);
+  if (bandwidth_probe) {
+    std::printf("%.3f\n", measure_read_bandwidth(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency())));
+    return 0;
+  }
   if (runs == 0) runs = quick ? 1 : 3;
   if (decode_steps == 0) decode_steps = quick ? 4 : 16;
 
@@ -289,7 +385,9 @@ int main(int argc, char** argv) {
     const double params_vis_merge = n_mergers * (md * md + md * out_h);  // applied per merged token
 
     std::vector<double> vision_ms, ttft_ms, prefill_ms, d512, d1024;
-    std::vector<double> verify_ms;  // ms per verification step, one per kVerifyDrafts
+    std::vector<double> d512_adjacent;  // per run: decode's fraction of the bandwidth probed around it
+    std::vector<double> verify_ms, verify_ratio;  // per kVerifyDrafts: ms per verification step, its cost in plain steps
+    double verify_plain_ms = 0;                    // the plain steps measured beside them
     double load_ms = 0;
     std::int64_t image_tokens = 0;
     const qhx::SamplingParams g = greedy();
@@ -371,8 +469,14 @@ int main(int argc, char** argv) {
       for (const std::int64_t ctx_len : {std::int64_t{512}, std::int64_t{1024}}) {
         const std::string prompt = prompt_of(p->tokenizer(), ctx_len);
         for (int r = 0; r < runs; ++r) {
+          const double bw_before = ctx_len == 512 ? read_bandwidth_now(threads_used) : 0;
           const auto res = forced_decode(*p, prompt, forced);
           (ctx_len == 512 ? d512 : d1024).push_back(res.timings.decode_ms_per_token);
+          if (ctx_len == 512) {
+            const double bw = std::max(bw_before, read_bandwidth_now(threads_used));
+            if (bw > 0) d512_adjacent.push_back(bytes_per_token / (res.timings.decode_ms_per_token / 1000.0) / (bw * 1e9));
+            log("run " + std::to_string(r + 1) + ": read bandwidth around it " + std::to_string(bw) + " GB/s");
+          }
           log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
               std::to_string(res.timings.prefill_ms) + " ms, decode " + std::to_string(res.timings.decode_ms_per_token) +
               " ms/token");
@@ -380,10 +484,17 @@ int main(int argc, char** argv) {
       }
       // Verification steps at 512 context: with the forced tokens as the drafts every draft is
       // accepted, so each step verifies K drafts in one (K + 1)-row pass (speculation's cost).
+      // Each run measures a plain step and then every K back to back, and a cost is the median
+      // of the runs' ratios: the bandwidth moves too much between minutes to compare a step
+      // with a plain one measured earlier.
       const std::string prompt = prompt_of(p->tokenizer(), 512);
-      for (const std::int64_t K : kVerifyDrafts) {
-        std::vector<double> step_ms;
-        for (int r = 0; r < runs; ++r) {
+      std::vector<double> plain_ms;
+      std::vector<std::vector<double>> step_ms(std::size(kVerifyDrafts)), ratio(std::size(kVerifyDrafts));
+      for (int r = 0; r < runs; ++r) {
+        const double plain = forced_decode(*p, prompt, forced).timings.decode_ms_per_token;
+        plain_ms.push_back(plain);
+        for (std::size_t i = 0; i < std::size(kVerifyDrafts); ++i) {
+          const std::int64_t K = kVerifyDrafts[i];
           qhx::GenerationRequest req;
           req.prompt = prompt;
           req.raw = true;
@@ -395,12 +506,17 @@ int main(int argc, char** argv) {
           if (res.accepted_tokens != res.draft_tokens || res.draft_tokens == 0)
             qhx::fail("verification steps with K = ", K, ": ", res.accepted_tokens, " of ", res.draft_tokens,
                       " forced drafts accepted");
-          step_ms.push_back(res.timings.decode_ms_per_token);  // per graph run, i.e. per verification step
+          step_ms[i].push_back(res.timings.decode_ms_per_token);  // per graph run, i.e. per verification step
+          ratio[i].push_back(res.timings.decode_ms_per_token / plain);
           log("run " + std::to_string(r + 1) + ": verify K = " + std::to_string(K) + ", " +
               std::to_string(res.timings.decode_ms_per_token) + " ms/step over " +
-              std::to_string(res.timings.decode_steps) + " steps");
+              std::to_string(res.timings.decode_steps) + " steps (plain step " + std::to_string(plain) + " ms)");
         }
-        verify_ms.push_back(median(step_ms));
+      }
+      verify_plain_ms = median(plain_ms);
+      for (std::size_t i = 0; i < std::size(kVerifyDrafts); ++i) {
+        verify_ms.push_back(median(step_ms[i]));
+        verify_ratio.push_back(median(ratio[i]));
       }
     }
     json long_figures = json::array();
@@ -422,9 +538,13 @@ int main(int argc, char** argv) {
         std::vector<double> pre_ms, dec_long, dec_short, ratios;
         // Alternating pairs: the host's bandwidth drifts from minute to minute, so each
         // run's two contexts are measured back to back and their ratio taken per pair.
+        std::vector<double> bw_around;  // per run: the better of the probes just before and just after it
         for (int r = 0; r < runs; ++r) {
+          const double bw_before = read_bandwidth_now(threads_used);
           const auto at_long = run_at(r, long_context, prompt_long);
           const auto at_short = run_at(r, 512, prompt_short);
+          bw_around.push_back(std::max(bw_before, read_bandwidth_now(threads_used)));
+          log("run " + std::to_string(r + 1) + ": read bandwidth around it " + std::to_string(bw_around.back()) + " GB/s");
           pre_ms.push_back(at_long.prefill_ms);
           dec_long.push_back(at_long.decode_ms_per_token);
           dec_short.push_back(at_short.decode_ms_per_token);
@@ -434,6 +554,9 @@ int main(int argc, char** argv) {
         const double row_bytes = kv == "i8" ? hd + 4 : 2 * hd;
         const double kv_bytes = L * 2 * nkv * static_cast<double>(long_context) * row_bytes;
         const double dl = median(dec_long), ds = median(dec_short);
+        std::vector<double> adjacent;  // per run: decode at N's fraction of the bandwidth probed around it
+        for (std::size_t r = 0; r < bw_around.size(); ++r)
+          if (bw_around[r] > 0) adjacent.push_back((bytes_per_token + kv_bytes) / (dec_long[r] / 1000.0) / (bw_around[r] * 1e9));
         json f = {{"kv_cache", kv},
                   {"context", long_context},
                   {"prefill_ms", median(pre_ms)},
@@ -442,7 +565,9 @@ int main(int argc, char** argv) {
                   {"decode_ms_per_token_512", ds},
                   {"speed_vs_512", median(ratios)},  // the median of the pairs' ratios
                   {"kv_bytes_per_token", kv_bytes},
-                  {"bw_fraction", nullptr}};
+                  {"bw_fraction", nullptr},
+                  {"bw_fraction_adjacent", adjacent.empty() ? json(nullptr) : json(median(adjacent))},
+                  {"read_gbs_adjacent", median(bw_around)}};
         long_figures.push_back(f);
       }
     }
@@ -491,6 +616,7 @@ int main(int argc, char** argv) {
         {"decode_tok_s_1024", 1000.0 / dec1024},
         {"weight_bytes_per_token", bytes_per_token},
         {"decode_bw_fraction", frac_decode},
+        {"decode_bw_fraction_adjacent", d512_adjacent.empty() ? json(nullptr) : json(median(d512_adjacent))},
         {"load_ms", load_ms},
         {"peak_rss_mb", peak_rss_mb()},
         {"wall_s", wall_s},
@@ -499,8 +625,11 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < verify_ms.size(); ++i) {
       const std::int64_t K = kVerifyDrafts[i];
       json speedup = json::object();
-      for (const double a : {0.5, 0.7, 0.9}) speedup[std::to_string(a).substr(0, 3)] = speculation_speedup(a, K, verify_ms[i], dec512);
-      verify.push_back({{"drafts", K}, {"step_ms", verify_ms[i]}, {"cost_vs_plain_step", verify_ms[i] / dec512},
+      // The speed-up from the cost in plain steps: step_ms / plain_ms = verify_ratio.
+      for (const double a : {0.5, 0.7, 0.9})
+        speedup[std::to_string(a).substr(0, 3)] = speculation_speedup(a, K, verify_ratio[i], 1.0);
+      verify.push_back({{"drafts", K}, {"step_ms", verify_ms[i]}, {"plain_step_ms", verify_plain_ms},
+                        {"cost_vs_plain_step", verify_ratio[i]},
                         {"speedup_at_acceptance", speedup}});
     }
     j["verify_steps_512"] = verify;
@@ -532,13 +661,17 @@ int main(int argc, char** argv) {
                 frac(frac_vision).c_str());
     std::printf("  %-34s %10.2f tok/s (%.1f ms)   fraction of %s peak %s\n", "prefill 320 tokens", prefill_tok_s, pre,
                 llm_int8 ? "int8" : "fp32", frac(frac_prefill).c_str());
-    std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s\n", "decode at 512 context", dec512,
-                decode_tok_s, frac(frac_decode).c_str());
+    std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of the bandwidth probed around "
+                "each run: %s)\n",
+                "decode at 512 context", dec512, decode_tok_s, frac(frac_decode).c_str(),
+                frac(j["decode_bw_fraction_adjacent"]).c_str());
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)\n", "decode at 1024 context", dec1024, 1000.0 / dec1024);
     for (const auto& v : verify) {
       const std::string what = "verify " + std::to_string(v["drafts"].get<std::int64_t>()) + " drafts, 512 context";
-      std::printf("  %-34s %10.2f ms/step (%.2fx a plain step)   speed-up at acceptance 0.5 / 0.7 / 0.9: %.2f / %.2f / %.2f\n",
+      std::printf("  %-34s %10.2f ms/step (%.2fx a plain step, %.2f ms, run beside it)   speed-up at acceptance 0.5 / "
+                  "0.7 / 0.9: %.2f / %.2f / %.2f\n",
                   what.c_str(), v["step_ms"].get<double>(), v["cost_vs_plain_step"].get<double>(),
+                  v["plain_step_ms"].get<double>(),
                   v["speedup_at_acceptance"]["0.5"].get<double>(), v["speedup_at_acceptance"]["0.7"].get<double>(),
                   v["speedup_at_acceptance"]["0.9"].get<double>());
     }
@@ -546,10 +679,11 @@ int main(int argc, char** argv) {
       const std::string kv = f["kv_cache"].get<std::string>(), n = std::to_string(f["context"].get<std::int64_t>());
       std::printf("  %-34s %10.2f tok/s (%.1f ms)\n", ("prefill " + n + " tokens, " + kv + " KV").c_str(),
                   f["prefill_tok_s"].get<double>(), f["prefill_ms"].get<double>());
-      std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (weights + %.1f MB of KV); "
-                  "%.3f of its speed at 512 (%.2f ms/token)\n",
+      std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of %.1f GB/s probed around "
+                  "each run: %s) (weights + %.1f MB of KV); %.3f of its speed at 512 (%.2f ms/token)\n",
                   ("decode at " + n + " context, " + kv + " KV").c_str(), f["decode_ms_per_token"].get<double>(),
                   1000.0 / f["decode_ms_per_token"].get<double>(), frac(f["bw_fraction"]).c_str(),
+                  f["read_gbs_adjacent"].get<double>(), frac(f["bw_fraction_adjacent"]).c_str(),
                   f["kv_bytes_per_token"].get<double>() / 1e6, f["speed_vs_512"].get<double>(),
                   f["decode_ms_per_token_512"].get<double>());
     }
