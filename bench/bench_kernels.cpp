@@ -126,6 +126,27 @@ int main(int argc, char** argv) {
     int bits;
     float scale;  // 2^-7 is a bf16 value, 0.01 is not
   };
+  // kStackLayers layers of `layer`, packed for decode with int8 activations; `bytes`
+  // gains what a pass streams (weights and their scales as packed).
+  const auto make_stack = [&](int bits, float scale, std::int64_t& bytes) {
+    std::vector<WeightMatrix> stack;
+    for (int l = 0; l < kStackLayers; ++l)
+      for (const Mat& mt : layer) {
+        std::vector<std::uint8_t> q(static_cast<std::size_t>(mt.n * mt.k * bits / 8));
+        for (auto& e : q) e = static_cast<std::uint8_t>(qd(rng));
+        std::vector<float> sw(static_cast<std::size_t>(bits == 8 ? mt.n : mt.n * mt.k / 32), scale);
+        WeightMatrix w = bits == 8 ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
+                                   : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
+        w.int8_activations = true;
+        w.packed = active_kernels().pack(w);
+        w.data = nullptr;  // decode reads the packed copy only
+        w.scales = nullptr;
+        stack.push_back(w);
+        const std::size_t scale_bytes = w.packed->scales_bf16 ? 2 : 4;
+        bytes += static_cast<std::int64_t>(q.size() + sw.size() * scale_bytes);
+      }
+    return stack;
+  };
   const std::string stack_name = "decode stack, " + std::to_string(kStackLayers) + " layers";
   if (wanted(stack_name)) {
     const Variant variants[] = {{"w8", 8, 0x1p-7f}, {"w4", 4, 0x1p-7f}, {"w4 f32-scales", 4, 0.01f}};
@@ -134,23 +155,8 @@ int main(int argc, char** argv) {
     std::int64_t bytes[kVariants] = {}, max_k = 0;
     for (int vi = 0; vi < kVariants; ++vi) {
       const Variant& v = variants[vi];
-      for (int l = 0; l < kStackLayers; ++l)
-        for (const Mat& mt : layer) {
-          std::vector<std::uint8_t> q(static_cast<std::size_t>(mt.n * mt.k * v.bits / 8));
-          for (auto& e : q) e = static_cast<std::uint8_t>(qd(rng));
-          std::vector<float> sw(static_cast<std::size_t>(v.bits == 8 ? mt.n : mt.n * mt.k / 32), v.scale);
-          WeightMatrix w =
-              v.bits == 8 ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
-                          : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
-          w.int8_activations = true;
-          w.packed = active_kernels().pack(w);
-          w.data = nullptr;  // decode reads the packed copy only
-          w.scales = nullptr;
-          stacks[vi].push_back(w);
-          const std::size_t scale_bytes = w.packed->scales_bf16 ? 2 : 4;
-          bytes[vi] += static_cast<std::int64_t>(q.size() + sw.size() * scale_bytes);
-          max_k = std::max(max_k, mt.k);
-        }
+      stacks[vi] = make_stack(v.bits, v.scale, bytes[vi]);
+      for (const Mat& mt : layer) max_k = std::max(max_k, mt.k);
     }
     std::vector<float> x(static_cast<std::size_t>(max_k)), y(6144);
     for (auto& e : x) e = nd(rng);
@@ -181,21 +187,8 @@ int main(int argc, char** argv) {
   // weights are read once per call whatever the rows; what more rows cost is compute.
   const std::string verify_name = "verify stack, " + std::to_string(kStackLayers) + " layers";
   if (wanted(verify_name)) {
-    std::vector<WeightMatrix> stack;
-    std::vector<std::vector<std::int8_t>> keep;
-    std::vector<float> sw(6144, 0x1p-7f);
-    for (int l = 0; l < kStackLayers; ++l)
-      for (const Mat& mt : layer) {
-        keep.emplace_back(static_cast<std::size_t>(mt.n * mt.k));
-        for (auto& e : keep.back()) e = static_cast<std::int8_t>(qd(rng));
-        WeightMatrix w = WeightMatrix::w8(keep.back().data(), sw.data(), mt.n, mt.k);
-        w.int8_activations = true;
-        w.packed = active_kernels().pack(w);
-        w.data = nullptr;
-        w.scales = nullptr;
-        stack.push_back(w);
-      }
-    keep.clear();
+    std::int64_t stack_bytes = 0;
+    const std::vector<WeightMatrix> stack = make_stack(8, 0x1p-7f, stack_bytes);
     const std::int64_t rows[] = {1, 3, 5, 9};
     constexpr int kRows = 4;
     std::vector<float> x(static_cast<std::size_t>(9 * 6144)), y(static_cast<std::size_t>(9 * 6144));
