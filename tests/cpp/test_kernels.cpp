@@ -18,6 +18,7 @@
 #include "backends/cpu/kv_cache_i8.hpp"
 #include "common/half.hpp"
 #include "formats/quantize.hpp"
+#include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
 namespace {
@@ -372,6 +373,51 @@ TEST_P(Kernels, KvI8RowsFollowTheQuantizationRule) {
       for (std::int64_t b = 0; b < D + 4; ++b) ASSERT_EQ(cache.row(j, g)[b], 0x55);
 }
 
+TEST_P(Kernels, KvI8QueriesFollowTheQuantizationRule) {
+  // kv_cache_i8.hpp: qq = clamp(nearbyint(q · 32767 / amax), ±32767), sq = amax / 32767,
+  // a NaN to 0, a zero row to zeros with scale 0.
+  std::vector<float> q = random(131, 2.0f);
+  q[3] = std::numeric_limits<float>::quiet_NaN();
+  float others = 0;
+  for (const float v : q) others = std::max(others, std::abs(v));
+  q[7] = -3 * others;  // the largest magnitude, negative
+  std::vector<std::int16_t> qq(q.size());
+  const float sq = kv_i8_quantize_query(q.data(), static_cast<std::int64_t>(q.size()), qq.data());
+  float amax = 0;
+  for (const float v : q)
+    if (!std::isnan(v)) amax = std::max(amax, std::abs(v));
+  EXPECT_EQ(sq, amax / 32767.0f);
+  EXPECT_EQ(qq[3], 0);
+  EXPECT_EQ(qq[7], -32767);
+  for (std::size_t c = 0; c < q.size(); ++c) {
+    if (c == 3) continue;
+    const long want = std::lrint(q[c] * (32767.0f / amax));  // the default rounding: half to even
+    ASSERT_EQ(qq[c], std::clamp(want, -32767L, 32767L)) << "column " << c;
+    // Half a step, plus the roundings of 32767 / amax and of q times it (up to
+    // 32767 · 2^-23 of a step) and of sq itself.
+    ASSERT_LE(std::abs(double(q[c]) - double(qq[c]) * sq), (0.5 + 3 * 32767 * 0x1p-24) * sq * (1 + 0x1p-23))
+        << "column " << c;
+  }
+  std::vector<float> zero(9, 0.0f);
+  std::vector<std::int16_t> zq(zero.size(), 7);
+  EXPECT_EQ(kv_i8_quantize_query(zero.data(), 9, zq.data()), 0.0f);
+  for (const std::int16_t v : zq) EXPECT_EQ(v, 0);
+}
+
+TEST_P(Kernels, AttentionOverAnI8CacheRejectsHeadsPastTheIntegerBound) {
+  const std::int64_t D = kKvI8MaxHeadDim + 4;
+  std::vector<float> q(static_cast<std::size_t>(D), 1.0f), out(q.size());
+  I8Cache kc(1, 2, D), vc(1, 2, D);
+  kv_i8_write(q.data(), 1, 1, D, 2, 0, kc.bytes.data());
+  kv_i8_write(q.data(), 1, 1, D, 2, 0, vc.bytes.data());
+  try {
+    k().attention_i8kv(q.data(), kc.bytes.data(), vc.bytes.data(), 1, 1, 2, 1, 1, D, 0, 0.1f, out.data());
+    FAIL() << "no error for head size " << D;
+  } catch (const qhx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head size 516 exceeds 512"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(Kernels, AttentionOverAnI8Cache) {
   // {T, N, HQ, HKV, D, start}: decode, a speculation step, prefill chunks; head_dim
   // of 4, 8 and 16 vectors and an odd one; the cache holds more tokens than are visible.
@@ -388,13 +434,20 @@ TEST_P(Kernels, AttentionOverAnI8Cache) {
     const float scale = 0.3f;
     std::vector<float> out(static_cast<std::size_t>(T * HQ * D));
     k().attention_i8kv(q.data(), kc.bytes.data(), vc.bytes.data(), T, N, ctx, HQ, HKV, D, start, scale, out.data());
-    // 1. The results of attention on the values the cache stands for.
+    // The queries on their 16-bit grid (KvI8QueriesFollowTheQuantizationRule), as the scores use them.
+    std::vector<float> q_hat(q.size());
+    for (int r = 0; r < T * HQ; ++r) {
+      std::vector<std::int16_t> qq(static_cast<std::size_t>(D));
+      const float sq = kv_i8_quantize_query(q.data() + r * D, D, qq.data());
+      for (int c = 0; c < D; ++c) q_hat[static_cast<std::size_t>(r * D + c)] = static_cast<float>(double(qq[c]) * sq);
+    }
+    // 1. The results of attention of the gridded queries on the values the cache stands for.
     const auto want = causal_attention_want(
-        q, T, HQ, HKV, D, start, scale, [&](int j, int g, int c) { return kc.value(j, g, c); },
+        q_hat, T, HQ, HKV, D, start, scale, [&](int j, int g, int c) { return kc.value(j, g, c); },
         [&](int j, int g, int c) { return vc.value(j, g, c); });
     expect_close(out, want, 1e-5, 1e-5);
-    // 2. The quantization's error bound against the exact keys and values: the
-    // keys' errors move score j by e_j = scale · |Σ_c q_c · (k_jc − k̂_jc)|, so
+    // 2. The quantization's error bound against the exact queries, keys and values:
+    // the grids move score j by e_j = scale · |Σ_c (q_c · k_jc − q̂_c · k̂_jc)|, so
     // each softmax weight by a factor within e^(±2E), E = max_j e_j; a value's
     // error is at most its row's s_v / 2:
     //   |out − exact| <= (e^(2E) − 1) · max |v| + max_j s_vj / 2.
@@ -412,7 +465,8 @@ TEST_P(Kernels, AttentionOverAnI8Cache) {
         for (int j = 0; j <= start + i; ++j) {
           double e = 0;
           for (int c = 0; c < D; ++c)
-            e += double(q[(i * HQ + h) * D + c]) * (double(kx[(j * HKV + g) * D + c]) - kc.value(j, g, c));
+            e += double(q[(i * HQ + h) * D + c]) * double(kx[(j * HKV + g) * D + c]) -
+                 double(q_hat[(i * HQ + h) * D + c]) * kc.value(j, g, c);
           E = std::max(E, scale * std::abs(e));
         }
         const double bound = std::expm1(2 * E) * vmax + sv_max / 2 + 1e-5;

@@ -19,6 +19,7 @@
 #include "backends/cpu/attention_fast.hpp"
 #include "backends/cpu/kv_cache_i8.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "qhexrt/error.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qhx::cpu::fast {
@@ -58,6 +59,154 @@ struct I8Rows {
   std::int64_t stride() const { return kv_i8_row_bytes(d); }
 };
 
+// Decode reads each KV row once, in one stream per head, and fetches its lines
+// twice ahead of the loads: far (~16 KiB of rows, at least 16) into L2 and near
+// (~4 KiB, at least 4 rows) into L1. On a 2-core Sapphire Rapids VM the far fetch
+// into L2 beat 16 rows ahead into L1 (28-layer cache at 4,096 tokens, bench_kernels:
+// f16 44 -> 28 ms, i8 15 -> 11.5 ms); on a 2-core Zen 4 VM the L2 fetch alone left
+// the 8-bit cache's rows waiting on L2 (i8 11.0-12.1 ms, 20 GB/s) and adding the
+// near fetch into L1 gave 6.9-7.5 ms (32-35 GB/s); f16 14.5-14.9 -> 13.9-14.4 ms
+// (the near fetch alone was as good there; both keep what the far one won on SPR).
+struct RowsAhead {
+  std::int64_t rows;       // the far fetch's distance in rows (no fetches in the last `rows` rows)
+  std::int64_t far, near;  // elements from a row to the rows fetched
+  template <class T>
+  static RowsAhead of(std::int64_t d, std::int64_t stride) {
+    const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(T));
+    const std::int64_t rows = std::max<std::int64_t>(16, 16384 / row_bytes);
+    return {rows, rows * stride, std::max<std::int64_t>(4, 4096 / row_bytes) * stride};
+  }
+  // The lines of the rows far and near ahead of row j (its first `elems` elements) of `visible`.
+  template <class T>
+  HWY_INLINE void fetch(const T* row, std::int64_t j, std::int64_t visible, std::int64_t elems) const {
+    if (j + rows >= visible) return;
+    constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
+    for (std::int64_t l = 0; l < elems; l += kLine) {
+      __builtin_prefetch(row + far + l, 0, 2);
+      __builtin_prefetch(row + near + l, 0, 3);
+    }
+  }
+};
+
+// ---- scores against the 8-bit cache (kv_cache_i8.hpp: integer products) ------
+#if HWY_TARGET == HWY_SCALAR
+// One lane: no int16 pairs to multiply-add; plain loops (the sums are exact either way).
+HWY_INLINE std::int32_t DotI8(const std::int16_t* qq, const std::int8_t* k, std::int64_t d) {
+  std::int32_t s = 0;
+  for (std::int64_t c = 0; c < d; ++c) s += qq[c] * k[c];
+  return s;
+}
+#else
+using DI32 = hn::RebindToSigned<DF>;                 // the f32 lanes' count of int32
+using DI16 = hn::Repartition<std::int16_t, DI32>;    // twice as many int16
+using DI8 = hn::Rebind<std::int8_t, DI16>;           // as many int8, widened to DI16
+using VI32 = hn::Vec<DI32>;
+
+// Σ_c qq[c] · k_j[c] of one key row, as partial sums in the lanes (exact int32).
+template <int U>
+HWY_INLINE VI32 KeyPartials(const hn::Vec<DI16> (&qv)[U], const hn::Vec<DI16> (&kw)[U]) {
+  const DI32 di;
+  VI32 a0 = hn::Zero(di), a1 = hn::Zero(di);
+  for (int u = 0; u < U; ++u) a0 = hn::ReorderWidenMulAccumulate(di, qv[u], kw[u], a0, a1);
+  return hn::RearrangeToOddPlusEven(a0, a1);
+}
+
+// One key row's exact Σ_c qq[c] · k[c], any d (the per-query path and tails).
+HWY_INLINE std::int32_t DotI8(const std::int16_t* qq, const std::int8_t* k, std::int64_t d) {
+  const DI32 di;
+  const DI16 dw;
+  const DI8 db;
+  const std::int64_t W = static_cast<std::int64_t>(hn::Lanes(dw));
+  VI32 a0 = hn::Zero(di), a1 = hn::Zero(di);
+  std::int64_t c = 0;
+  for (; c + W <= d; c += W)
+    a0 = hn::ReorderWidenMulAccumulate(di, hn::LoadU(dw, qq + c), hn::PromoteTo(dw, hn::LoadU(db, k + c)), a0, a1);
+  std::int32_t s = hn::GetLane(hn::SumOfLanes(di, hn::RearrangeToOddPlusEven(a0, a1)));
+  for (; c < d; ++c) s += qq[c] * k[c];
+  return s;
+}
+
+// The scores of HB query heads (qq: their rows on the 16-bit grid, qs: sq · scale)
+// against keys [j, j + 2^L) of one head: each key's partial-sum vector, then
+// pairs of vectors folded level by level (even lanes + odd lanes of the two,
+// side by side), so that after L = log2(lanes) levels lane r holds key j + r's
+// whole sum. Folding costs about 3 instructions a key where a horizontal sum
+// costs 8 or more, and the recursion keeps at most L + 1 vectors a head alive.
+template <int L, int HB, int U>
+struct FoldedKeys {
+  static HWY_INLINE void run(const hn::Vec<DI16> (&qv)[HB][U], const I8Rows& k, std::int64_t kvh, std::int64_t j,
+                             const RowsAhead* ahead, std::int64_t visible, VI32 (&out)[HB]) {
+    const DI32 di;
+    VI32 lo[HB], hi[HB];
+    FoldedKeys<L - 1, HB, U>::run(qv, k, kvh, j, ahead, visible, lo);
+    FoldedKeys<L - 1, HB, U>::run(qv, k, kvh, j + (std::int64_t{1} << (L - 1)), ahead, visible, hi);
+    for (int g = 0; g < HB; ++g)
+      out[g] = hn::Add(hn::ConcatEven(di, hi[g], lo[g]), hn::ConcatOdd(di, hi[g], lo[g]));
+  }
+};
+template <int HB, int U>
+struct FoldedKeys<0, HB, U> {
+  static HWY_INLINE void run(const hn::Vec<DI16> (&qv)[HB][U], const I8Rows& k, std::int64_t kvh, std::int64_t j,
+                             const RowsAhead* ahead, std::int64_t visible, VI32 (&out)[HB]) {
+    const DI16 dw;
+    const DI8 db;
+    const std::int64_t W = static_cast<std::int64_t>(hn::Lanes(dw));
+    const std::int8_t* kj = k.row(j, kvh);
+    if (ahead != nullptr) ahead->fetch(kj, j, visible, U * W);
+    hn::Vec<DI16> kw[U];
+    for (int u = 0; u < U; ++u) kw[u] = hn::PromoteTo(dw, hn::LoadU(db, kj + u * W));
+    for (int g = 0; g < HB; ++g) out[g] = KeyPartials<U>(qv[g], kw);
+  }
+};
+
+constexpr int Log2(std::size_t n) { return n <= 1 ? 0 : 1 + Log2(n / 2); }
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Scores p[g · n + j] of HB query heads (q: their f32 rows, d = U · 2 · lanes)
+// over keys [0, visible) of KV head kvh, and each head's maximum.
+template <int HB, int U>
+HWY_INLINE void ScoresI8(const float* q, std::int64_t d, const I8Rows& k, std::int64_t kvh, std::int64_t visible,
+                         float scale, const RowsAhead* ahead, float* p, std::int64_t n, float* max_s) {
+  alignas(64) std::int16_t qq[HB][kKvI8MaxHeadDim];
+  float qs[HB];
+  for (int g = 0; g < HB; ++g) qs[g] = kv_i8_quantize_query(q + g * d, d, qq[g]) * scale;
+  std::int64_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const DF df;
+  const DI16 dw;
+  constexpr std::int64_t N = static_cast<std::int64_t>(hn::MaxLanes(DF()));
+  constexpr int L = Log2(static_cast<std::size_t>(N));
+  hn::Vec<DI16> qv[HB][U];
+  for (int g = 0; g < HB; ++g)
+    for (int u = 0; u < U; ++u) qv[g][u] = hn::LoadU(dw, qq[g] + u * hn::Lanes(dw));
+  if (static_cast<std::int64_t>(hn::Lanes(df)) == N) {  // whole blocks of N keys, folded
+    alignas(64) float kf[N];
+    for (; j + N <= visible; j += N) {
+      VI32 sums[HB];
+      FoldedKeys<L, HB, U>::run(qv, k, kvh, j, ahead, visible, sums);
+      for (std::int64_t r = 0; r < N; ++r) kf[r] = k.factor(k.row(j + r, kvh));
+      const VF kfv = hn::Load(df, kf);
+      for (int g = 0; g < HB; ++g) {
+        float* pg = p + g * n + j;
+        hn::StoreU(hn::Mul(hn::Mul(hn::ConvertTo(df, sums[g]), kfv), hn::Set(df, qs[g])), df, pg);
+        for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
+      }
+    }
+  }
+#else
+  (void)ahead;
+#endif
+  for (; j < visible; ++j) {  // the rest one key at a time: the same sums, the same roundings
+    const std::int8_t* kj = k.row(j, kvh);
+    const float kf = k.factor(kj);
+    for (int g = 0; g < HB; ++g) {
+      const float sc = kv_i8_score(DotI8(qq[g], kj, d), kf, qs[g]);
+      p[g * n + j] = sc;
+      max_s[g] = std::max(max_s[g], sc);
+    }
+  }
+}
+
 // ---- attention ----------------------------------------------------------------
 
 // Tasks [b, e) of t * hq (query i = task / hq, head h = task % hq); p: n floats.
@@ -76,10 +225,20 @@ void AttentionTasksT(const float* q, const Rows& k, const Rows& v, std::int64_t 
     const float* qi = q + (i * hq + h) * d;
     const std::int64_t kvh = h / group;
     float max_s = -std::numeric_limits<float>::infinity();
-    for (std::int64_t j = 0; j < visible; ++j) {
-      const T* kj = k.row(j, kvh);
-      p[j] = Dot(qi, kj, d) * k.factor(kj) * scale;
-      max_s = std::max(max_s, p[j]);
+    if constexpr (std::is_same_v<Rows, I8Rows>) {
+      alignas(64) std::int16_t qq[kKvI8MaxHeadDim];
+      const float qs = kv_i8_quantize_query(qi, d, qq) * scale;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const T* kj = k.row(j, kvh);
+        p[j] = kv_i8_score(DotI8(qq, kj, d), k.factor(kj), qs);
+        max_s = std::max(max_s, p[j]);
+      }
+    } else {
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const T* kj = k.row(j, kvh);
+        p[j] = Dot(qi, kj, d) * k.factor(kj) * scale;
+        max_s = std::max(max_s, p[j]);
+      }
     }
     const float sum = ExpShiftSum(p, visible, max_s);
     float* o = out + (i * hq + h) * d;
@@ -97,43 +256,21 @@ void AttentionTasksT(const float* q, const Rows& k, const Rows& v, std::int64_t 
 }
 
 
-// ---- attention for a few queries (decode) -------------------------------------
-// Tasks [b, e) of t · hkv: query i with HB query heads of KV head kvh at a
-// time, so each key and value row is read once for the group; the output of
-// those heads stays in registers (HB × NV vectors) across all keys instead of
-// being loaded and stored per key. p: HB · n floats.
+// Scores p[g · n + j] of HB query heads (q: their rows, d = NV · lanes) over
+// f32 or f16 keys [0, visible) of KV head kvh, and each head's maximum.
 template <int HB, int NV, class Rows>
-void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
-                    std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
-                    float* p, bool prefetch) {
+HWY_INLINE void ScoresDense(const float* q, const Rows& k, std::int64_t kvh, std::int64_t visible, float scale,
+                            const RowsAhead* ahead, float* p, std::int64_t n, float* max_s) {
   using T = typename Rows::Elem;
   const DF df;
   const std::int64_t N = lanes();
   const std::int64_t d = NV * N;
-  const std::int64_t kvh = h0 / (hq / hkv);
-  const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
   VF qv[HB][NV];
   for (int g = 0; g < HB; ++g)
-    for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + (i * hq + h0 + g) * d + u * N);
-  float max_s[HB];
-  for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
-  // Rows of one KV head lie hkv·d elements apart in an f32 cache (often exactly
-  // 4 KiB): every row is a new page the hardware prefetcher will not enter, so a
-  // decode step fetches rows ahead (the f16 and 8-bit caches keep a head's rows
-  // together, and the prefetches run ahead of one stream). Many queries (prefill)
-  // find them in L2 after the first: there the prefetches only cost (12% of prefill attention).
-  // How far ahead: about 16 KiB of the rows' values (32 rows of f32, 64 of f16,
-  // 128 of int8 at head_dim 128), into L2 (prefetcht1): the L1's few fill buffers
-  // cannot hold that many lines in flight, and a decode step is a stream the
-  // core reads once. Measured on the 2B's 28-layer cache at 4,096 tokens (bench_kernels):
-  // f16 44 -> 28 ms, i8 15 -> 11.5 ms against 16 rows ahead into L1.
-  const std::int64_t kAhead = std::max<std::int64_t>(16, 16384 / (d * static_cast<std::int64_t>(sizeof(T))));
-  constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
-  const std::int64_t row_stride = k.stride();
+    for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + g * d + u * N);
   for (std::int64_t j = 0; j < visible; ++j) {
     const T* kj = k.row(j, kvh);
-    if (prefetch && j + kAhead < visible)
-      for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(kj + kAhead * row_stride + l, 0, 2);
+    if (ahead != nullptr) ahead->fetch(kj, j, visible, d);
     VF kv[NV];
     for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
     const float kf = k.factor(kj);
@@ -149,6 +286,36 @@ void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n
       max_s[g] = std::max(max_s[g], sc);
     }
   }
+}
+
+// ---- attention for a few queries (decode) -------------------------------------
+// Tasks [b, e) of t · hkv: query i with HB query heads of KV head kvh at a
+// time, so each key and value row is read once for the group; the output of
+// those heads stays in registers (HB × NV vectors) across all keys instead of
+// being loaded and stored per key. p: HB · n floats.
+template <int HB, int NV, class Rows>
+void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
+                    std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
+                    float* p, bool prefetch) {
+  using T = typename Rows::Elem;
+  const DF df;
+  const std::int64_t N = lanes();
+  const std::int64_t d = NV * N;
+  const std::int64_t kvh = h0 / (hq / hkv);
+  const std::int64_t visible = causal ? std::min(n, start + i + 1) : n;
+  float max_s[HB];
+  for (int g = 0; g < HB; ++g) max_s[g] = -std::numeric_limits<float>::infinity();
+  // Rows of one KV head lie hkv·d elements apart in an f32 cache (often exactly
+  // 4 KiB): every row is a new page the hardware prefetcher will not enter, so a
+  // decode step fetches rows ahead (RowsAhead; the f16 and 8-bit caches keep a
+  // head's rows together, and the fetches run ahead of one stream). Many queries
+  // (prefill) find them in L2 after the first: there the fetches only cost.
+  const RowsAhead rows_ahead = RowsAhead::of<T>(d, k.stride());
+  const RowsAhead* ahead = prefetch ? &rows_ahead : nullptr;
+  if constexpr (std::is_same_v<Rows, I8Rows>)
+    ScoresI8<HB, NV / 2>(q + (i * hq + h0) * d, d, k, kvh, visible, scale, ahead, p, n, max_s);
+  else
+    ScoresDense<HB, NV>(q + (i * hq + h0) * d, k, kvh, visible, scale, ahead, p, n, max_s);
   float inv[HB];
   for (int g = 0; g < HB; ++g) {
     inv[g] = 1.0f / ExpShiftSum(p + g * n, visible, max_s[g]);
@@ -158,8 +325,7 @@ void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n
     for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
   for (std::int64_t j = 0; j < visible; ++j) {
     const T* vj = v.row(j, kvh);
-    if (prefetch && j + kAhead < visible)
-      for (std::int64_t l = 0; l < d; l += kLine) __builtin_prefetch(vj + kAhead * row_stride + l, 0, 2);
+    if (ahead != nullptr) ahead->fetch(vj, j, visible, d);
     VF vv[NV];
     for (int u = 0; u < NV; ++u) vv[u] = LoadKV(df, vj + u * N);
     const float vf = v.factor(vj);
@@ -431,6 +597,7 @@ void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t
 void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
                     float* out) {
+  if (d > kKvI8MaxHeadDim) fail("attention over the 8-bit KV cache: head size ", d, " exceeds ", kKvI8MaxHeadDim);
   attention_per_query(q, k, v, t, n, hq, hkv, d, start, scale, /*causal=*/true, out, ctx);
 }
 

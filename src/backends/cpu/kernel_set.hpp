@@ -36,7 +36,8 @@ struct KernelSet {
   void (*to_f16)(const float* x, std::int64_t n, std::uint16_t* y);
   // Causal `attention` over an 8-bit KV cache (kv_cache_i8.hpp): k and v are one
   // layer's keys and values [hkv, ctx, d + 4], and the results are those of
-  // `attention` on the values the cache stands for (float(q) · s).
+  // `attention` of the queries on their 16-bit grid on the values the cache
+  // stands for (float(q) · s), the scores computed as kv_i8_score does; d <= 512.
   void (*attention_i8kv)(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
                          std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
                          float scale, float* out);

@@ -23,9 +23,10 @@
 //   attention_f16kv  the per-query paths of attention over an f16 KV cache
 //               [hkv, ctx, d], widened as it loads (the decoder's cache with
 //               "kv_cache": "f16"); a head's rows are one sequential stream
-//   attention_i8kv   the same paths over the 8-bit cache (kv_cache_i8.hpp): each
-//               row widened exactly, its scale applied to the score and to the
-//               value row's weight; a head's rows are one sequential stream
+//   attention_i8kv   the same paths over the 8-bit cache (kv_cache_i8.hpp): scores
+//               from exact int16 x int8 sums (16 keys' sums folded into one
+//               vector), value rows widened exactly, each row's scale applied to
+//               its score and its weight; a head's rows are one sequential stream
 //   to_f16      the hardware's round-to-nearest-even conversion (F16C, NEON fcvt)
 //   attention_i8  int8_attention.hpp's contract on the int8 kernel linear uses
 //   rms_norm, layer_norm, silu_mul, gelu_tanh, add_inplace, rope_rotate_half

@@ -270,10 +270,39 @@ void to_f16(const float* x, std::int64_t n, std::uint16_t* y) {
 void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
                     float* out) {
-  std::vector<float> kf(static_cast<std::size_t>(n * hkv * d)), vf(kf.size());
-  kv_i8_dequantize(k, n, hkv, d, ctx, kf.data());
-  kv_i8_dequantize(v, n, hkv, d, ctx, vf.data());
-  attention(q, kf.data(), vf.data(), t, n, hq, hkv, d, start, scale, /*causal=*/true, out);
+  // kv_cache_i8.hpp's contract in plain loops: integer scores, then `attention`'s
+  // softmax and weighted sum over the values the cache stands for.
+  if (d > kKvI8MaxHeadDim) fail("attention over the 8-bit KV cache: head size ", d, " exceeds ", kKvI8MaxHeadDim);
+  const std::int64_t group = hq / hkv, rb = kv_i8_row_bytes(d);
+  std::vector<std::int16_t> qq(static_cast<std::size_t>(d));
+  std::vector<float> p(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < t; ++i) {
+    const std::int64_t visible = std::min(n, start + i + 1);
+    for (std::int64_t h = 0; h < hq; ++h) {
+      const std::int64_t g = h / group;
+      const float qs = kv_i8_quantize_query(q + (i * hq + h) * d, d, qq.data()) * scale;
+      float max_s = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const std::int8_t* kj = k + (g * ctx + j) * rb;
+        std::int32_t dot = 0;
+        for (std::int64_t c = 0; c < d; ++c) dot += qq[static_cast<std::size_t>(c)] * kj[c];
+        p[j] = kv_i8_score(dot, kv_i8_scale(kj, d), qs);
+        max_s = std::max(max_s, p[j]);
+      }
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        p[j] = std::exp(p[j] - max_s);
+        sum += p[j];
+      }
+      float* o = out + (i * hq + h) * d;
+      std::fill(o, o + d, 0.0f);
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const std::int8_t* vj = v + (g * ctx + j) * rb;
+        const float w = p[j] / sum, s = kv_i8_scale(vj, d);
+        for (std::int64_t c = 0; c < d; ++c) o[c] += w * (static_cast<float>(vj[c]) * s);
+      }
+    }
+  }
 }
 
 }  // namespace ref
