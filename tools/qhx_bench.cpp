@@ -22,9 +22,12 @@
 //                    speed-up (1 - a^(K+1)) / (1 - a) · plain / step at acceptance rates
 //                    a = 0.5, 0.7, 0.9 (random weights show no real acceptance)
 //   adjacent fractions  decode at 512 and at N: also against the read bandwidth probed just
-//                    before and just after each run (`qhx_bench --bandwidth-probe`: the roofline's
-//                    read figure, in a child process), the better of the two probes; the host's
-//                    bandwidth for two threads moves by up to 2x within a minute
+//                    before and just after each run's decode steps (`qhx_bench --bandwidth-probe`:
+//                    the roofline's read figure, in a child process; the prompt is prefilled by a
+//                    session's first turn, the steps decode in its second). The host's bandwidth
+//                    for two threads flips between two levels (~35 and ~60 GB/s on a Zen 4 VM)
+//                    within seconds, so only runs whose two probes agree within 10% count
+//                    (stable_runs), against the mean of their probes
 // Fractions (n/a without the roofline file; a limit is the better of its 1-thread and
 // all-threads figures):
 //   decode_bw_fraction    = bytes of LLM + lm-head weights per token x tok/s / read bandwidth
@@ -58,6 +61,7 @@
 #include "qhexrt/doctor.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
+#include "qhexrt/session.hpp"
 #include "qhexrt/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -332,6 +336,37 @@ int main(int argc, char** argv) {
         qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
       return res;
     };
+    // The same steps with the read bandwidth probed just before and just after them: a
+    // session prefills the prompt in its first turn (one token), then decodes the forced
+    // steps in its second, at the prompt's context (plus a few template tokens).
+    struct Probed {
+      double prefill_ms = 0, decode_ms = 0, bw_before = 0, bw_after = 0;
+      bool stable() const { return bw_before > 0 && bw_after > 0 && std::min(bw_before, bw_after) >= 0.9 * std::max(bw_before, bw_after); }
+      double bw() const { return (bw_before + bw_after) / 2; }
+    };
+    const auto probed_decode = [&](qhx::Pipeline& p, const std::string& prompt, std::int32_t forced) {
+      qhx::Session session(p);
+      qhx::GenerationOptions first;
+      first.max_new_tokens = 1;
+      first.sampling = g;
+      Probed out;
+      out.prefill_ms = session.send(qhx::Message::text("user", prompt), first).timings.prefill_ms;
+      qhx::GenerationOptions steps;
+      steps.max_new_tokens = decode_steps + 1;
+      steps.forced_tokens.assign(static_cast<std::size_t>(decode_steps + 1), forced);
+      steps.sampling = g;
+      out.bw_before = read_bandwidth_now(threads_used);
+      const auto res = session.send(qhx::Message::text("user", "word"), steps);
+      out.bw_after = read_bandwidth_now(threads_used);
+      if (res.timings.decode_steps != decode_steps)
+        qhx::fail("decode ran ", res.timings.decode_steps, " steps, not ", decode_steps);
+      out.decode_ms = res.timings.decode_ms_per_token;
+      return out;
+    };
+    const auto probes_text = [](const Probed& r) {
+      return "read bandwidth " + std::to_string(r.bw_before) + " GB/s before, " + std::to_string(r.bw_after) +
+             " after" + (r.stable() ? "" : " (unstable: not counted)");
+    };
 
     {  // VLM manifest: load, vision encode and TTFT of "Describe this image." with the image.
       log("open " + vlm_manifest.string());
@@ -387,17 +422,13 @@ int main(int argc, char** argv) {
       for (const std::int64_t ctx_len : {std::int64_t{512}, std::int64_t{1024}}) {
         const std::string prompt = prompt_of(p->tokenizer(), ctx_len);
         for (int r = 0; r < runs; ++r) {
-          const double bw_before = ctx_len == 512 ? read_bandwidth_now(threads_used) : 0;
-          const auto res = forced_decode(*p, prompt, forced);
-          (ctx_len == 512 ? d512 : d1024).push_back(res.timings.decode_ms_per_token);
-          if (ctx_len == 512) {
-            const double bw = std::max(bw_before, read_bandwidth_now(threads_used));
-            if (bw > 0) d512_adjacent.push_back(bytes_per_token / (res.timings.decode_ms_per_token / 1000.0) / (bw * 1e9));
-            log("run " + std::to_string(r + 1) + ": read bandwidth around it " + std::to_string(bw) + " GB/s");
-          }
+          const auto res = probed_decode(*p, prompt, forced);
+          (ctx_len == 512 ? d512 : d1024).push_back(res.decode_ms);
+          if (ctx_len == 512 && res.stable())
+            d512_adjacent.push_back(bytes_per_token / (res.decode_ms / 1000.0) / (res.bw() * 1e9));
           log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
-              std::to_string(res.timings.prefill_ms) + " ms, decode " + std::to_string(res.timings.decode_ms_per_token) +
-              " ms/token");
+              std::to_string(res.prefill_ms) + " ms, decode " + std::to_string(res.decode_ms) + " ms/token; " +
+              probes_text(res));
         }
       }
       // Verification steps at 512 context: with the forced tokens as the drafts every draft is
@@ -441,40 +472,39 @@ int main(int argc, char** argv) {
     if (long_context > 0) {  // Long contexts, per KV cache: prefill of N tokens, decode at N and at 512.
       for (const std::string kv : {"f16", "i8"}) {
         std::optional<qhx::Pipeline> p;
-        p.emplace(open_long_context(text_manifest, long_context + decode_steps + 8, kv));
+        // Room for the session's two turns: the prompt, the template's tokens and the steps.
+        p.emplace(open_long_context(text_manifest, long_context + decode_steps + 64, kv));
         warm_up(*p);
         const std::int32_t forced = p->tokenizer().encode(" word").at(0);
         const auto run_at = [&](int r, std::int64_t ctx_len, const std::string& prompt) {
-          const auto res = forced_decode(*p, prompt, forced);
+          const auto res = probed_decode(*p, prompt, forced);
           log("run " + std::to_string(r + 1) + ": kv " + kv + ", context " + std::to_string(ctx_len) + ", prefill " +
-              std::to_string(res.timings.prefill_ms) + " ms, decode " +
-              std::to_string(res.timings.decode_ms_per_token) + " ms/token");
-          return res.timings;
+              std::to_string(res.prefill_ms) + " ms, decode " + std::to_string(res.decode_ms) + " ms/token; " +
+              probes_text(res));
+          return res;
         };
         const std::string prompt_long = prompt_of(p->tokenizer(), long_context);
         const std::string prompt_short = prompt_of(p->tokenizer(), 512);
         std::vector<double> pre_ms, dec_long, dec_short, ratios;
-        // Alternating pairs: the host's bandwidth drifts from minute to minute, so each
-        // run's two contexts are measured back to back and their ratio taken per pair.
-        std::vector<double> bw_around;  // per run: the better of the probes just before and just after it
-        for (int r = 0; r < runs; ++r) {
-          const double bw_before = read_bandwidth_now(threads_used);
-          const auto at_long = run_at(r, long_context, prompt_long);
-          const auto at_short = run_at(r, 512, prompt_short);
-          bw_around.push_back(std::max(bw_before, read_bandwidth_now(threads_used)));
-          log("run " + std::to_string(r + 1) + ": read bandwidth around it " + std::to_string(bw_around.back()) + " GB/s");
-          pre_ms.push_back(at_long.prefill_ms);
-          dec_long.push_back(at_long.decode_ms_per_token);
-          dec_short.push_back(at_short.decode_ms_per_token);
-          ratios.push_back(at_short.decode_ms_per_token / at_long.decode_ms_per_token);
-        }
         // A step at context N reads every weight once and the cache's rows of every layer, key and value.
         const double row_bytes = kv == "i8" ? hd + 4 : 2 * hd;
         const double kv_bytes = L * 2 * nkv * static_cast<double>(long_context) * row_bytes;
+        std::vector<double> adjacent, bw_stable;  // per stable run: decode at N's fraction of its probes, their mean
+        // Alternating pairs: the host's bandwidth drifts from minute to minute, so each
+        // run's two contexts are measured back to back and their ratio taken per pair.
+        for (int r = 0; r < runs; ++r) {
+          const auto at_long = run_at(r, long_context, prompt_long);
+          const auto at_short = run_at(r, 512, prompt_short);
+          pre_ms.push_back(at_long.prefill_ms);
+          dec_long.push_back(at_long.decode_ms);
+          dec_short.push_back(at_short.decode_ms);
+          ratios.push_back(at_short.decode_ms / at_long.decode_ms);
+          if (at_long.stable()) {
+            adjacent.push_back((bytes_per_token + kv_bytes) / (at_long.decode_ms / 1000.0) / (at_long.bw() * 1e9));
+            bw_stable.push_back(at_long.bw());
+          }
+        }
         const double dl = median(dec_long), ds = median(dec_short);
-        std::vector<double> adjacent;  // per run: decode at N's fraction of the bandwidth probed around it
-        for (std::size_t r = 0; r < bw_around.size(); ++r)
-          if (bw_around[r] > 0) adjacent.push_back((bytes_per_token + kv_bytes) / (dec_long[r] / 1000.0) / (bw_around[r] * 1e9));
         json f = {{"kv_cache", kv},
                   {"context", long_context},
                   {"prefill_ms", median(pre_ms)},
@@ -485,7 +515,8 @@ int main(int argc, char** argv) {
                   {"kv_bytes_per_token", kv_bytes},
                   {"bw_fraction", nullptr},
                   {"bw_fraction_adjacent", adjacent.empty() ? json(nullptr) : json(median(adjacent))},
-                  {"read_gbs_adjacent", median(bw_around)}};
+                  {"read_gbs_adjacent", bw_stable.empty() ? json(nullptr) : json(median(bw_stable))},
+                  {"stable_runs", adjacent.size()}};
         long_figures.push_back(f);
       }
     }
@@ -535,6 +566,7 @@ int main(int argc, char** argv) {
         {"weight_bytes_per_token", bytes_per_token},
         {"decode_bw_fraction", frac_decode},
         {"decode_bw_fraction_adjacent", d512_adjacent.empty() ? json(nullptr) : json(median(d512_adjacent))},
+        {"decode_stable_runs", d512_adjacent.size()},
         {"load_ms", load_ms},
         {"peak_rss_mb", peak_rss_mb()},
         {"wall_s", wall_s},
@@ -580,9 +612,9 @@ int main(int argc, char** argv) {
     std::printf("  %-34s %10.2f tok/s (%.1f ms)   fraction of %s peak %s\n", "prefill 320 tokens", prefill_tok_s, pre,
                 llm_int8 ? "int8" : "fp32", frac(frac_prefill).c_str());
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of the bandwidth probed around "
-                "each run: %s)\n",
+                "the steps: %s, %lld of %d runs stable)\n",
                 "decode at 512 context", dec512, decode_tok_s, frac(frac_decode).c_str(),
-                frac(j["decode_bw_fraction_adjacent"]).c_str());
+                frac(j["decode_bw_fraction_adjacent"]).c_str(), static_cast<long long>(j["decode_stable_runs"].get<std::int64_t>()), runs);
     std::printf("  %-34s %10.2f ms/token (%.2f tok/s)\n", "decode at 1024 context", dec1024, 1000.0 / dec1024);
     for (const auto& v : verify) {
       const std::string what = "verify " + std::to_string(v["drafts"].get<std::int64_t>()) + " drafts, 512 context";
@@ -597,11 +629,15 @@ int main(int argc, char** argv) {
       const std::string kv = f["kv_cache"].get<std::string>(), n = std::to_string(f["context"].get<std::int64_t>());
       std::printf("  %-34s %10.2f tok/s (%.1f ms)\n", ("prefill " + n + " tokens, " + kv + " KV").c_str(),
                   f["prefill_tok_s"].get<double>(), f["prefill_ms"].get<double>());
-      std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of %.1f GB/s probed around "
-                  "each run: %s) (weights + %.1f MB of KV); %.3f of its speed at 512 (%.2f ms/token)\n",
+      const std::string around = f["read_gbs_adjacent"].is_null()
+                                     ? std::string("n/a")
+                                     : std::to_string(f["read_gbs_adjacent"].get<double>()).substr(0, 4) + " GB/s";
+      std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of %s probed around "
+                  "the steps: %s, %lld of %d runs stable) (weights + %.1f MB of KV); %.3f of its speed at 512 (%.2f ms/token)\n",
                   ("decode at " + n + " context, " + kv + " KV").c_str(), f["decode_ms_per_token"].get<double>(),
                   1000.0 / f["decode_ms_per_token"].get<double>(), frac(f["bw_fraction"]).c_str(),
-                  f["read_gbs_adjacent"].get<double>(), frac(f["bw_fraction_adjacent"]).c_str(),
+                  around.c_str(), frac(f["bw_fraction_adjacent"]).c_str(),
+                  static_cast<long long>(f["stable_runs"].get<std::int64_t>()), runs,
                   f["kv_bytes_per_token"].get<double>() / 1e6, f["speed_vs_512"].get<double>(),
                   f["decode_ms_per_token_512"].get<double>());
     }
