@@ -156,12 +156,21 @@ fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const
 
 // Opens a copy of the text manifest with a larger context (and KV cache type),
 // removed once opened: every file is mapped by its absolute name.
+// --weights-in-memory: every pipeline the benchmark opens reads its streamed weights into memory.
+bool g_weights_in_memory = false;
+
+qhx::PipelineOptions bench_options() {
+  qhx::PipelineOptions o;
+  o.weights_in_memory = g_weights_in_memory;
+  return o;
+}
+
 qhx::Pipeline open_long_context(const fs::path& text_manifest, std::int64_t context, const std::string& kv_cache = "") {
   const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()) + kv_cache);
   const fs::path manifest = long_context_copy(text_manifest, context, tmp, kv_cache);
   std::cerr << "qhx_bench: open " << manifest.string() << std::endl;
   try {
-    qhx::Pipeline p = qhx::Pipeline::open(manifest);
+    qhx::Pipeline p = qhx::Pipeline::open(manifest, bench_options());
     fs::remove_all(tmp);
     return p;
   } catch (...) {
@@ -243,6 +252,8 @@ int main(int argc, char** argv) {
       ->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
+  app.add_flag("--weights-in-memory", g_weights_in_memory,
+               "read the weights decode streams into memory instead of mapping them (PipelineOptions::weights_in_memory)");
   app.add_flag("--bandwidth-probe", bandwidth_probe,
                "only measure the read bandwidth now with --threads threads and print GB/s (what the decode "
                "figures are also compared with, run just before and after each)");
@@ -373,7 +384,7 @@ int main(int argc, char** argv) {
       log("open " + vlm_manifest.string());
       // Without the image-feature cache: every run encodes the image again (with it, runs
       // after the first would take the features from the cache and time no vision at all).
-      qhx::PipelineOptions no_image_cache;
+      qhx::PipelineOptions no_image_cache = bench_options();
       no_image_cache.image_cache_mb = 0;
       qhx::Pipeline p = qhx::Pipeline::open(vlm_manifest, no_image_cache);
       load_ms = p.load_ms();
@@ -399,7 +410,7 @@ int main(int argc, char** argv) {
     const std::int64_t prefill_tokens = 320;
     {  // Text manifest: prefill of exactly 320 tokens.
       log("open " + text_manifest.string());
-      qhx::Pipeline p = qhx::Pipeline::open(text_manifest);
+      qhx::Pipeline p = qhx::Pipeline::open(text_manifest, bench_options());
       warm_up(p);
       const std::string prompt = prompt_of(p.tokenizer(), prefill_tokens);
       for (int r = 0; r < runs; ++r) {
@@ -547,6 +558,7 @@ int main(int argc, char** argv) {
         {"runs", runs},
         {"int8_kernel", qhx::diagnose().cpu.int8_kernel},
         {"threads", threads},
+        {"weights_in_memory", g_weights_in_memory},
         {"threads_used", threads_used},
         {"decode_steps", decode_steps},
         {"vision_ms", vis},
@@ -606,8 +618,9 @@ int main(int argc, char** argv) {
       std::snprintf(b, sizeof b, "%.3f", v.get<double>());
       return std::string(b);
     };
-    std::printf("qhx_bench: %s (median of %d run%s, %lld decode steps, threads %d)\n", j["bundle"].get<std::string>().c_str(),
-                runs, runs == 1 ? "" : "s", static_cast<long long>(decode_steps), threads_used);
+    std::printf("qhx_bench: %s (median of %d run%s, %lld decode steps, threads %d, weights %s)\n",
+                j["bundle"].get<std::string>().c_str(), runs, runs == 1 ? "" : "s", static_cast<long long>(decode_steps),
+                threads_used, g_weights_in_memory ? "read into memory" : "mapped");
     std::printf("  %-34s %10.1f ms   (%lld image tokens, %.1f GFLOP)   fraction of %s peak %s\n", "vision encode 512x512",
                 vis, static_cast<long long>(image_tokens), vision_flops / 1e9, vis_int8 ? "int8" : "fp32",
                 frac(frac_vision).c_str());

@@ -34,6 +34,7 @@ struct Args {
   std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages, speculate, batch;
   std::vector<std::string> images, stop;
   std::optional<std::int64_t> image_cache_mb;
+  bool weights_in_memory = false;
   bool replay = false;
   std::vector<std::int32_t> force_tokens;
   std::vector<std::string> positional;
@@ -205,6 +206,7 @@ int run(const Args& args_in) {
   }
   qhx::PipelineOptions popts;
   popts.image_cache_mb = a.image_cache_mb;
+  popts.weights_in_memory = a.weights_in_memory;
   popts.qnn_backend_library = a.qnn_backend;
   popts.qnn_system_library = a.qnn_system;
   qhx::Pipeline pipe = qhx::Pipeline::open(a.model, popts, has_images);
@@ -410,6 +412,8 @@ int main(int argc, char** argv) {
   app.add_option("--stop", a.stop, "a stop string (repeatable): the answer ends before it");
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
       ->check(qhx_cli::NonNegativeNumber);
+  app.add_flag("--weights-in-memory", a.weights_in_memory,
+               "read the weights decode streams into memory in 2 MiB pages instead of mapping them: slower open, faster decode (docs/bundle.md, Mapped files)");
   app.add_flag("--raw", a.raw, "feed the prompt as is, without the chat template");
   app.add_flag("--json", a.json, "print one JSON object describing the run as the last stdout line");
   app.add_option("--dump-logits", a.dump_logits, "write the logits that chose each token to FILE.npy [steps, vocab]");

@@ -44,9 +44,10 @@ extern "C" {
 /* The version of this C API. 1: tokenizer and one-shot generation;
  * 2: versioned option structs, pipelines with options, sessions, messages,
  * results, timings, image-cache statistics; 3: qhx_pipeline_default_sampling,
- * frequency_penalty; 4: qhx_generation_options.speculate. Within one SONAME the number only grows, and every function of a lower
+ * frequency_penalty; 4: qhx_generation_options.speculate; 5: qhx_pipeline_options.weights_in_memory.
+ * Within one SONAME the number only grows, and every function of a lower
  * version keeps working. */
-#define QHX_API_VERSION 4
+#define QHX_API_VERSION 5
 
 enum {
   QHX_OK = 0,
@@ -120,6 +121,9 @@ typedef struct qhx_pipeline_options {
   int32_t threads;         /* the CPU kernels' worker threads, process-wide: 0 (default) leaves them as they
                               are (one per core unless set before); more than the machine's cores is capped
                               at the cores, with a warning (qhx_pipeline_warning); < 0 is refused */
+  int32_t weights_in_memory; /* != 0: read the weights decode streams into memory at open instead of mapping
+                                them (slower open, faster decode; PipelineOptions::weights_in_memory);
+                                0 (default): mapped. (API version 5) */
 } qhx_pipeline_options;
 
 /* Fills *options with the defaults and struct_size = sizeof(qhx_pipeline_options). */

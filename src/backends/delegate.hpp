@@ -56,6 +56,7 @@ struct GraphBlob {
   std::int64_t manifest_version = 0;     // the plan's qhexrt_manifest (a key's default may depend on it)
   std::int64_t image_patches = 0;        // one image's patches when the plan resizes every image to one
                                          // size (0: not known); a vision graph sizes its buffers for it at load
+  bool weights_in_memory = false;        // PipelineOptions::weights_in_memory
 };
 
 // A graph a backend has prepared. Inputs and outputs are passed in the order

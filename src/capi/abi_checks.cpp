@@ -24,6 +24,7 @@ static_assert(offsetof(qhx_pipeline_options, struct_size) == 0);
 static_assert(offsetof(qhx_pipeline_options, image_cache_mb) == 8);
 static_assert(offsetof(qhx_pipeline_options, want_images) == 16);
 static_assert(offsetof(qhx_pipeline_options, threads) == 20);
+static_assert(offsetof(qhx_pipeline_options, weights_in_memory) == 24);
 
 static_assert(offsetof(qhx_image_cache_stats, struct_size) == 0);
 static_assert(offsetof(qhx_image_cache_stats, hits) == 8);

@@ -113,6 +113,7 @@ qhx_pipeline_options default_pipeline_options() {
   o.image_cache_mb = -1;
   o.want_images = 0;  // as the C++ default: a bundle's text manifest if it has one
   o.threads = 0;
+  o.weights_in_memory = 0;
   return o;
 }
 
@@ -293,6 +294,7 @@ int qhx_pipeline_open2(const char* path, const qhx_pipeline_options* options, qh
     if (o.threads > 0) qhx::set_threads(o.threads, &p->warning);
     qhx::PipelineOptions po;
     if (o.image_cache_mb >= 0) po.image_cache_mb = o.image_cache_mb;
+    po.weights_in_memory = o.weights_in_memory != 0;
     p->pipe = std::make_shared<qhx::Pipeline>(qhx::Pipeline::open(path, po, o.want_images != 0));
     *out = p.release();
     return QHX_OK;

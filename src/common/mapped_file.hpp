@@ -17,8 +17,10 @@ namespace qhx {
 class MappedFile {
  public:
   MappedFile() = default;
-  // Throws qhx::Error naming the path and the OS reason.
-  explicit MappedFile(const std::filesystem::path& path);
+  // Throws qhx::Error naming the path and the OS reason. With `in_memory` the
+  // file is read into this process's memory instead, in 2 MiB pages
+  // (read_into_memory below), and can no longer be lost.
+  explicit MappedFile(const std::filesystem::path& path, bool in_memory = false);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
@@ -53,10 +55,13 @@ class MappedFile {
 
  private:
   void reset() noexcept;
+  void read_into_memory(int fd);
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
-  int slot_ = -1;  // in the mapping registry; -1 for an empty file (nothing mapped)
+  int slot_ = -1;  // in the mapping registry; -1 for an empty file (nothing mapped) or one in memory
+  std::byte* region_ = nullptr;  // in memory: the anonymous mapping data_ lies in, and its length
+  std::size_t region_bytes_ = 0;
 };
 
 }  // namespace qhx

@@ -216,6 +216,15 @@ void remove(int slot) noexcept {
   in = Info{};
 }
 
+bool maps_file(const void* data, std::size_t bytes) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  for (const Range& r : g_ranges) {
+    const std::uintptr_t b = r.begin.load(std::memory_order_acquire);
+    if (b != 0 && b <= begin && begin + bytes <= r.end.load()) return true;
+  }
+  return false;
+}
+
 bool lost(int slot, bool stat_file) {
   const auto i = static_cast<std::size_t>(slot);
   if (stat_file) {

@@ -49,6 +49,9 @@ int add(const std::byte* data, std::size_t size, int fd, const std::filesystem::
 void remove(int slot) noexcept;
 bool lost(int slot, bool stat_file);
 [[noreturn]] void fail_lost(int slot);
+// Whether [data, data + bytes) lies inside one registered file mapping (not,
+// e.g., a file read into memory, whose pages madvise(MADV_DONTNEED) would zero).
+bool maps_file(const void* data, std::size_t bytes);
 }  // namespace mapping_registry
 
 }  // namespace qhx

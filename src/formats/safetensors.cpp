@@ -280,9 +280,9 @@ Header read_header(const MappedFile& file) {
 
 }  // namespace
 
-SafetensorsFile SafetensorsFile::open(const fs::path& path) {
+SafetensorsFile SafetensorsFile::open(const fs::path& path, FileResidency residency) {
   auto impl = std::make_unique<Impl>();
-  impl->file = MappedFile(path);
+  impl->file = MappedFile(path, residency == FileResidency::InMemory);
   // A file truncated between open and here reads zeros: say so, not "corrupt header".
   Header header = impl->file.parse(read_header);
   impl->tensors = std::move(header.tensors);
@@ -377,30 +377,30 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   return out;
 }
 
-SafetensorsFile open_shard(const fs::path& index_path, const std::string& shard) {
+SafetensorsFile open_shard(const fs::path& index_path, const std::string& shard, FileResidency residency) {
   try {
-    return SafetensorsFile::open(index_path.parent_path() / shard);
+    return SafetensorsFile::open(index_path.parent_path() / shard, residency);
   } catch (const Error& e) {
     fail(index_path.string(), ": cannot use shard '", shard, "': ", e.what());
   }
 }
 
-CheckpointParts open_single(const fs::path& file) {
+CheckpointParts open_single(const fs::path& file, FileResidency residency) {
   CheckpointParts parts;
   parts.origin = file;
-  parts.files.push_back(SafetensorsFile::open(file));
+  parts.files.push_back(SafetensorsFile::open(file, residency));
   for (const auto& t : parts.files.back().tensors()) parts.by_name.emplace(t.name, &t);
   return parts;
 }
 
-CheckpointParts open_index(const fs::path& index_path) {
+CheckpointParts open_index(const fs::path& index_path, FileResidency residency) {
   const auto weight_map = read_weight_map(index_path);
   CheckpointParts parts;
   parts.origin = index_path;
   std::map<std::string, std::size_t> shard_slot;  // each distinct shard is mapped once
   for (const auto& [tensor, shard] : weight_map) {
     auto [it, inserted] = shard_slot.emplace(shard, parts.files.size());
-    if (inserted) parts.files.push_back(open_shard(index_path, shard));
+    if (inserted) parts.files.push_back(open_shard(index_path, shard, residency));
     const TensorView* view = parts.files[it->second].find(tensor);
     if (view == nullptr)
       fail(index_path.string(), ": weight_map puts tensor '", tensor, "' in shard '", shard,
@@ -410,24 +410,25 @@ CheckpointParts open_index(const fs::path& index_path) {
   return parts;
 }
 
-CheckpointParts open_any(const fs::path& path) {
+CheckpointParts open_any(const fs::path& path, FileResidency residency) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) fail(path.string(), ": no such file or directory");
   if (fs::is_directory(status)) {
-    if (fs::exists(path / "model.safetensors")) return open_single(path / "model.safetensors");
-    if (fs::exists(path / "model.safetensors.index.json")) return open_index(path / "model.safetensors.index.json");
+    if (fs::exists(path / "model.safetensors")) return open_single(path / "model.safetensors", residency);
+    if (fs::exists(path / "model.safetensors.index.json"))
+      return open_index(path / "model.safetensors.index.json", residency);
     fail(path.string(), ": directory has neither model.safetensors nor model.safetensors.index.json");
   }
-  if (path.extension() == ".json") return open_index(path);
-  return open_single(path);
+  if (path.extension() == ".json") return open_index(path, residency);
+  return open_single(path, residency);
 }
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const fs::path& path) {
+Checkpoint Checkpoint::open(const fs::path& path, FileResidency residency) {
   auto impl = std::make_unique<Impl>();
-  impl->parts = open_any(path);
+  impl->parts = open_any(path, residency);
   return Checkpoint(std::move(impl));
 }
 

@@ -96,7 +96,8 @@ class DecoderCore {
 void DecoderCore::init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max_t) {
   name_ = blob.name;
   cfg_ = load_qwen3vl_config(blob_file(blob, "config")).text;
-  ckpt_.emplace(Checkpoint::open(blob_file(blob, "weights")));
+  const cpu::KernelPlan plan = cpu::kernel_plan(blob);
+  ckpt_.emplace(cpu::open_streamed_weights(blob_file(blob, "weights"), plan, blob.weights_in_memory));  // every decode step reads it all
   const Checkpoint& ck = *ckpt_;
   ctx_ = ctx;
   max_t_ = max_t;
@@ -110,7 +111,6 @@ void DecoderCore::init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max
   const std::int64_t hidden = cfg_.hidden_size, hd = cfg_.head_dim, hq = cfg_.num_attention_heads,
                      hkv = cfg_.num_key_value_heads, inter = cfg_.intermediate_size;
   const std::string p = "model.language_model.";
-  const cpu::KernelPlan plan = cpu::kernel_plan(blob);
   k_ = plan.kernels;
   for (std::int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const std::string lp = p + "layers." + std::to_string(l) + ".";

@@ -135,6 +135,7 @@ void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg
     const std::int64_t side = res.manifest.image.size / res.family->patch_size();
     blob.image_patches = side * side;
   }
+  blob.weights_in_memory = res.weights_in_memory;
   Graph g;
   g.name = name;
   g.mappings = res.mappings;
@@ -254,6 +255,7 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   Resources& res = impl->res;
   // Every file mapped from here on (on this thread) is the pipeline's.
   res.mappings = new_mapping_group();
+  res.weights_in_memory = options.weights_in_memory;
   const MappingGroupScope mapping_scope(res.mappings);
   res.manifest = resolve_manifest(path, want_images);
   if (!options.qnn_backend_library.empty() || !options.qnn_system_library.empty()) {

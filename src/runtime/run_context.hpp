@@ -85,6 +85,7 @@ struct Graph {
 
 struct Resources {
   MappingGroup mappings = kNoMappingGroup;  // every file the pipeline mapped while it opened
+  bool weights_in_memory = false;           // PipelineOptions::weights_in_memory, for the graphs' blobs
   Manifest manifest;
   std::unique_ptr<ModelFamily> family;  // the manifest's "model"
   std::optional<ChatTemplate> chat_template;  // a template file; else the family's built-in one renders

@@ -257,11 +257,12 @@ static void test_versions_and_structs(void) {
   qhx_image_cache_stats cs;
   CHECK(strlen(qhx_version()) > 0);
   CHECK(qhx_api_version() == QHX_API_VERSION);
-  CHECK(QHX_API_VERSION == 4);
+  CHECK(QHX_API_VERSION == 5);
 
   memset(&po, 0x5a, sizeof po);
   CHECK(qhx_pipeline_options_init(&po) == QHX_OK);
   CHECK(po.struct_size == sizeof po && po.image_cache_mb < 0 && po.want_images == 0 && po.threads == 0);
+  CHECK(po.weights_in_memory == 0);
   memset(&go, 0x5a, sizeof go);
   CHECK(qhx_generation_options_init(&go) == QHX_OK);
   CHECK(go.struct_size == sizeof go && go.max_new_tokens == 0 && go.use_manifest_sampling == 1);
@@ -333,7 +334,7 @@ static void test_pipeline_options(const char* checkpoint) {
   CHECK_ARG(qhx_pipeline_open2(NULL, NULL, &pipe), "qhx_pipeline_open2", "path");
   CHECK_ARG(qhx_pipeline_open2(checkpoint, NULL, NULL), "qhx_pipeline_open2", "out");
   qhx_pipeline_options_init(&po);
-  po.struct_size = sizeof po - 8; /* an impossible older struct: below API version 2 */
+  po.struct_size = offsetof(qhx_pipeline_options, threads); /* an impossible older struct: below API version 2 */
   CHECK_ARG(qhx_pipeline_open2(checkpoint, &po, &pipe), "qhx_pipeline_open2", "options->struct_size");
   CHECK(pipe == NULL && contains(qhx_last_error(), "qhx_pipeline_options"));
   qhx_pipeline_options_init(&po);

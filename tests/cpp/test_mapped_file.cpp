@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -43,6 +45,29 @@ void truncate_to(const fs::path& p, std::size_t bytes) { ASSERT_EQ(::truncate(p.
 
 // A read the compiler must perform (the page is gone: this is where SIGBUS comes from).
 unsigned char read_byte(const std::byte* p) { return static_cast<unsigned char>(*static_cast<const volatile std::byte*>(p)); }
+
+TEST(MappedFileInMemory, ReadsTheWholeFileInto2MiBAlignedMemory) {
+  TempDir dir;
+  // Over 2 MiB and not a whole number of them, with every byte telling its position,
+  // so a slice read to the wrong place or a short last slice shows.
+  std::string bytes(5 * (std::size_t{1} << 20) + 123, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const fs::path p = dir.write("weights.bin", bytes);
+  const MappedFile f(p, /*in_memory=*/true);
+  ASSERT_EQ(f.size(), bytes.size());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(f.data()) % (std::uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(std::memcmp(f.data(), bytes.data(), bytes.size()), 0);
+  // A copy: the file changing afterwards changes nothing, and nothing is lost.
+  truncate_to(p, kPage);
+  EXPECT_EQ(read_byte(f.data() + bytes.size() - 1), static_cast<unsigned char>(bytes.back()));
+  EXPECT_FALSE(f.lost(/*stat_file=*/true));
+  EXPECT_NO_THROW(f.check(true));
+  MappedFile moved = MappedFile(p, true);  // the truncated file, read again: its new size
+  EXPECT_EQ(moved.size(), kPage);
+  const MappedFile empty(dir.write("empty.bin", ""), true);
+  EXPECT_EQ(empty.size(), 0u);
+  expect_error([&] { (void)MappedFile(dir.path() / "missing.bin", true); }, {"missing.bin", "cannot open"});
+}
 
 TEST(MappedFileGuard, TruncatedFileReadsZerosAndNamesTheFile) {
   TempDir dir;

@@ -106,3 +106,35 @@ def test_truncated_while_served_fails_each_request_naming_the_file(bundle, tmp_p
         rc = server.stop()
     assert rc == 0, f"qhx_serve exited with {rc}: {server.log()}"
 
+
+
+def test_weights_read_into_memory_give_the_same_answer_and_outlive_the_file(bundle, tmp_path):
+    """--weights-in-memory (PipelineOptions::weights_in_memory): the decoder's and lm-head's panel-form
+    weights are read at open, not mapped. Their logits equal the mapped ones bit for bit, and
+    qhx_serve answers on after those two files are truncated (the embeddings stay mapped)."""
+    import numpy as np
+    b = copy_of(bundle, tmp_path)
+    base = [str(tool_path("qhx_generate")), "-m", str(b), "-p", "Say something.", "-n", "6", "--temp", "0"]
+    logits = {}
+    for mode in ("mapped", "in_memory"):
+        out = tmp_path / f"{mode}.npy"
+        extra = ["--weights-in-memory"] if mode == "in_memory" else []
+        proc = subprocess.run(base + extra + ["--dump-logits", str(out)], capture_output=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        logits[mode] = np.load(out)
+    assert logits["mapped"].shape[0] == 6
+    assert np.array_equal(logits["mapped"], logits["in_memory"]), \
+        f"logits differ by up to {np.abs(logits['mapped'] - logits['in_memory']).max():.3e}"
+
+    server = ServeProcess(tool_path("qhx_serve"), b, ["--weights-in-memory"], tmp_path / "logs")
+    try:
+        status, first = chat(server.url)
+        assert status == 200, first
+        truncate_to_half(b / WEIGHTS)
+        truncate_to_half(b / "lmhead_wqo.bin")
+        status, again = chat(server.url)
+        assert status == 200, again
+        assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+    finally:
+        rc = server.stop()
+    assert rc == 0, f"qhx_serve exited with {rc}: {server.log()}"

@@ -31,6 +31,7 @@ struct Args {
   int read_timeout = 30, write_timeout = 15, drain_seconds = 30, send_buffer_kb = 64;
   std::size_t max_queue = 16, max_body_mb = 32, sessions = 1;
   std::optional<std::int64_t> image_cache_mb;
+  bool weights_in_memory = false;
 };
 
 int run(const Args& a) {
@@ -50,6 +51,7 @@ int run(const Args& a) {
   }
   qhx::PipelineOptions popts;
   popts.image_cache_mb = a.image_cache_mb;
+  popts.weights_in_memory = a.weights_in_memory;
   std::optional<qhx::Pipeline> pipe;
   try {
     pipe.emplace(qhx::Pipeline::open(a.model, popts, /*want_images=*/true));
@@ -138,6 +140,8 @@ int main(int argc, char** argv) {
       ->check(qhx_cli::PositiveNumber);
   app.add_option("--max-images", a.max_images, "images in one request at most (default 8)")
       ->check(qhx_cli::NonNegativeNumber);
+  app.add_flag("--weights-in-memory", a.weights_in_memory,
+               "read the weights decode streams into memory in 2 MiB pages instead of mapping them: slower open, faster decode (docs/bundle.md, Mapped files)");
   app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
       ->check(qhx_cli::NonNegativeNumber);
   app.add_option("--read-timeout", a.read_timeout, "seconds a client may stall while sending (default 30)")

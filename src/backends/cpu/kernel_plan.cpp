@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <string>
 
+#include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/stored_panels.hpp"
+#include "common/mapping_guard.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
@@ -40,11 +43,30 @@ void prepare(const KernelPlan& plan, WeightMatrix& w) {
 }
 
 void release_pages(const void* data, std::size_t bytes) {
+  // Only pages of a file mapping, which the file refills: a file read into
+  // memory (FileResidency::InMemory) would read zeros there afterwards.
+  if (!mapping_registry::maps_file(data, bytes)) return;
   // Only whole pages inside the range: its neighbours may still be in use.
   const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<std::uintptr_t>(data) + page - 1) / page * page;
   const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory
+}
+
+Checkpoint open_streamed_weights(const std::filesystem::path& path, const KernelPlan& plan, bool in_memory) {
+  Checkpoint mapped = Checkpoint::open(path);
+  if (!in_memory || !plan.int8_activations) return mapped;
+  const std::string suffix = ".panels";
+  for (const std::string& name : mapped.names()) {
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    // One panel-form matrix tells: the plan's kernel set either views its panels
+    // in place (all of the file's are then used so) or unpacks them into rows.
+    WeightMatrix w = matrix_weight(mapped, name.substr(0, name.size() - suffix.size()));
+    w.int8_activations = true;
+    if (w.panel_form && plan.kernels->pack(w) != nullptr) return Checkpoint::open(path, FileResidency::InMemory);
+    return mapped;
+  }
+  return mapped;
 }
 
 }  // namespace qhx::cpu

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
+#include "qhexrt/safetensors.hpp"
 
 namespace qhx::cpu {
 
@@ -35,7 +37,16 @@ KernelPlan kernel_plan(const GraphBlob& blob);
 // otherwise it is unpacked into rows first and treated as a row-major matrix.
 void prepare(const KernelPlan& plan, WeightMatrix& w);
 
-// Drops the resident pages of a read-only file mapping inside [data, data + bytes).
+// Drops the resident pages of a read-only file mapping inside [data, data + bytes)
+// (nothing outside a registered file mapping).
 void release_pages(const void* data, std::size_t bytes);
+
+// How a graph whose every decode step streams its weights (the decoder, the
+// lm-head) holds its weights file `path`: with `in_memory` (the pipeline's
+// weights_in_memory), read into memory in 2 MiB pages (FileResidency::InMemory,
+// safetensors.hpp) when it holds panel-form matrices the plan's kernels use in
+// place; else mapped (other matrices are repacked into the process's own memory
+// at load anyway, or read as rows).
+Checkpoint open_streamed_weights(const std::filesystem::path& path, const KernelPlan& plan, bool in_memory);
 
 }  // namespace qhx::cpu

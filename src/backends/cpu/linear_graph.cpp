@@ -21,7 +21,8 @@ class LinearGraph final : public Delegate {
  public:
   void init(const GraphBlob& blob) override {
     name_ = blob.name;
-    ckpt_.emplace(Checkpoint::open(blob_file(blob, "weights")));
+    const KernelPlan plan = kernel_plan(blob);
+    ckpt_.emplace(open_streamed_weights(blob_file(blob, "weights"), plan, blob.weights_in_memory));  // the lm-head: read in full every step
     std::vector<std::string> names;
     const auto it = blob.spec.find("tensor");
     if (it != blob.spec.end() && it->is_string()) names.push_back(it->get<std::string>());
@@ -34,7 +35,6 @@ class LinearGraph final : public Delegate {
       if (t != nullptr || ckpt_->find(n + ".panels") != nullptr) {  // row-major, or the panel form
         if (t != nullptr && t->shape.size() != 2) fail("graph \"", name_, "\": tensor ", n, " is not a matrix");
         w_ = matrix_weight(*ckpt_, n);  // any stored format (f32, bf16, f16, w8, w4)
-        const KernelPlan plan = kernel_plan(blob);
         k_ = plan.kernels;
         prepare(plan, w_);
         return;
