@@ -100,6 +100,7 @@ struct Args {
   std::optional<std::int64_t> image_cache_mb;
   int threads = 0;
   bool text_only = false;
+  bool weights_in_memory = false;
 };
 
 std::string trim(std::string s) {
@@ -151,6 +152,7 @@ int run(const Args& a) {
   }
   qhx::PipelineOptions popts;
   popts.image_cache_mb = a.image_cache_mb;
+  popts.weights_in_memory = a.weights_in_memory;
   std::optional<qhx::Pipeline> opened;
   if (!a.text_only) {
     try {
@@ -304,6 +306,8 @@ int main(int argc, char** argv) {
       ->check(qhx_cli::NonNegativeNumber);
   app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(qhx_cli::PositiveNumber);
   app.add_flag("--text-only", a.text_only, "for a bundle folder: its text manifest (no image stages)");
+  app.add_flag("--weights-in-memory", a.weights_in_memory,
+               "read the weights decode streams into memory in 2 MiB pages instead of mapping them: slower open, faster decode (docs/bundle.md, Mapped files)");
   QHX_CLI_PARSE(app, argc, argv);
   try {
     return run(a);
