@@ -247,10 +247,14 @@ class Pipeline:
     want_images, for a bundle folder: True its manifest with image stages, False its text-only
     one, None (default) the image one if it has one, else the text one (a manifest file or a
     checkpoint directory is what it is). threads sets the CPU kernels' worker threads for the
-    process (None leaves them). Raises Error when the plan cannot be opened."""
+    process (None leaves them). weights_in_memory reads the weights decode streams into memory
+    at open instead of mapping them (slower open, faster decode; docs/bundle.md, "Mapped files").
+    Raises Error when the plan cannot be opened."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], image_cache_mb: Optional[int] = None,
-                 want_images: Optional[bool] = None, threads: Optional[int] = None) -> None:
+                 want_images: Optional[bool] = None, threads: Optional[int] = None,
+                 weights_in_memory: bool = False) -> None:
+        self._weights_in_memory = bool(weights_in_memory)
         if want_images is None:
             try:
                 self._open(path, image_cache_mb, True, threads)
@@ -275,6 +279,7 @@ class Pipeline:
         opts.want_images = 1 if want_images else 0
         if threads is not None:
             opts.threads = int(threads)
+        opts.weights_in_memory = 1 if self._weights_in_memory else 0
         _check(lib.qhx_pipeline_open2(os.fsencode(path), ctypes.byref(opts), ctypes.byref(self._handle)))
 
     def __del__(self) -> None:

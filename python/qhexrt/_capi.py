@@ -13,8 +13,10 @@ from pathlib import Path
 
 # The C API version this module is written against (QHX_API_VERSION): 3 adds
 # qhx_pipeline_default_sampling, which per-parameter sampling overrides need; 4 the
-# speculate field (an older library would ignore it, so it is required).
-API_VERSION = 4
+# speculate field (an older library would ignore it, so it is required); 5 the pipeline
+# options' weights_in_memory (and qhx_pipeline_options_init fills the whole struct the
+# library knows, so this struct must be at least that large).
+API_VERSION = 5
 
 QHX_OK = 0
 QHX_ERR = -1
@@ -26,7 +28,7 @@ QHX_PART_IMAGE = 1
 
 class PipelineOptions(Structure):
     _fields_ = [("struct_size", c_size_t), ("image_cache_mb", c_int64), ("want_images", c_int),
-                ("threads", c_int32)]
+                ("threads", c_int32), ("weights_in_memory", c_int32)]
 
 
 # int (*)(const char* text, size_t len, void* user): a POINTER(c_char), not c_char_p,

@@ -163,6 +163,38 @@ def test_package_is_installed_outside_the_tree(venv_python, tmp_path):
     assert out["version"] == "0.1.0" and out["api"] >= 4, out
 
 
+def test_option_structs_hold_all_the_library_writes(venv_python, tmp_path):
+    """qhx_*_init fill the whole struct the library knows (struct_size says how much): each of the
+    package's ctypes structs must be exactly that large, or init writes past it."""
+    out = run_py(venv_python, """
+        import ctypes
+        from qhexrt import _capi
+        sizes = {}
+        for cls, init in ((_capi.PipelineOptions, "qhx_pipeline_options_init"),
+                          (_capi.GenerationOptions, "qhx_generation_options_init"),
+                          (_capi.Timings, "qhx_timings_init"),
+                          (_capi.ImageCacheStats, "qhx_image_cache_stats_init")):
+            buf = ctypes.create_string_buffer(4096)
+            assert getattr(_capi.lib, init)(ctypes.cast(buf, ctypes.POINTER(cls))) == 0
+            sizes[cls.__name__] = [ctypes.c_size_t.from_buffer(buf).value, ctypes.sizeof(cls)]
+        print(json.dumps(sizes))
+    """, tmp_path)
+    assert len(out) == 4, out
+    for name, (written, ours) in out.items():
+        assert written == ours, f"{name}: the library's init fills {written} bytes, the package's struct has {ours}"
+
+
+def test_weights_in_memory_gives_the_same_tokens(venv_python, tmp_path):
+    out = run_py(venv_python, f"""
+        toks = []
+        for in_memory in (False, True):
+            s = qhexrt.Pipeline({str(CHECKPOINT)!r}, weights_in_memory=in_memory).session()
+            toks.append(s.send({PROMPT!r}, max_tokens={MAX_NEW}, temperature=0).tokens)
+        print(json.dumps({{"tokens": toks}}))
+    """, tmp_path)
+    assert out["tokens"][0] == out["tokens"][1] and len(out["tokens"][0]) > 0, out
+
+
 def test_greedy_text_equals_qhx_generate(venv_python, tmp_path):
     ref = qhx_generate(["-p", PROMPT])
     out = run_py(venv_python, f"""
