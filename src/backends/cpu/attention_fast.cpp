@@ -179,18 +179,16 @@ HWY_INLINE void ScoresI8(const float* q, std::int64_t d, const I8Rows& k, std::i
   hn::Vec<DI16> qv[HB][U];
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < U; ++u) qv[g][u] = hn::LoadU(dw, qq[g] + u * hn::Lanes(dw));
-  if (static_cast<std::int64_t>(hn::Lanes(df)) == N) {  // whole blocks of N keys, folded
-    alignas(64) float kf[N];
-    for (; j + N <= visible; j += N) {
-      VI32 sums[HB];
-      FoldedKeys<L, HB, U>::run(qv, k, kvh, j, ahead, visible, sums);
-      for (std::int64_t r = 0; r < N; ++r) kf[r] = k.factor(k.row(j + r, kvh));
-      const VF kfv = hn::Load(df, kf);
-      for (int g = 0; g < HB; ++g) {
-        float* pg = p + g * n + j;
-        hn::StoreU(hn::Mul(hn::Mul(hn::ConvertTo(df, sums[g]), kfv), hn::Set(df, qs[g])), df, pg);
-        for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
-      }
+  alignas(64) float factors[N];
+  for (; j + N <= visible; j += N) {  // whole blocks of N keys, folded (every compiled target has N lanes)
+    VI32 sums[HB];
+    FoldedKeys<L, HB, U>::run(qv, k, kvh, j, ahead, visible, sums);
+    for (std::int64_t r = 0; r < N; ++r) factors[r] = k.factor(k.row(j + r, kvh));
+    const VF kfv = hn::Load(df, factors);
+    for (int g = 0; g < HB; ++g) {
+      float* pg = p + g * n + j;
+      hn::StoreU(hn::Mul(hn::Mul(hn::ConvertTo(df, sums[g]), kfv), hn::Set(df, qs[g])), df, pg);
+      for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
     }
   }
 #else

@@ -213,6 +213,23 @@ void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::in
   }
 }
 
+namespace {
+
+// o [d] = Σ_j softmax(p)_j · row_j over scores p [visible] whose maximum is max_s
+// (p is overwritten); add_row(j, w, o) adds w times value row j into o.
+template <class AddRow>
+void softmax_weighted_rows(float* p, std::int64_t visible, float max_s, std::int64_t d, float* o, AddRow&& add_row) {
+  float sum = 0.0f;
+  for (std::int64_t j = 0; j < visible; ++j) {
+    p[j] = std::exp(p[j] - max_s);
+    sum += p[j];
+  }
+  std::fill(o, o + d, 0.0f);
+  for (std::int64_t j = 0; j < visible; ++j) add_row(j, p[j] / sum, o);
+}
+
+}  // namespace
+
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out) {
   const std::int64_t group = hq / hkv;
@@ -227,18 +244,10 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
         p[j] = dot(qi, k + (j * hkv + kvh) * d, d) * scale;
         max_s = std::max(max_s, p[j]);
       }
-      float sum = 0.0f;
-      for (std::int64_t j = 0; j < visible; ++j) {
-        p[j] = std::exp(p[j] - max_s);
-        sum += p[j];
-      }
-      float* o = out + (i * hq + h) * d;
-      std::fill(o, o + d, 0.0f);
-      for (std::int64_t j = 0; j < visible; ++j) {
-        const float w = p[j] / sum;
+      softmax_weighted_rows(p.data(), visible, max_s, d, out + (i * hq + h) * d, [&](std::int64_t j, float w, float* o) {
         const float* vj = v + (j * hkv + kvh) * d;
         for (std::int64_t c = 0; c < d; ++c) o[c] += w * vj[c];
-      }
+      });
     }
   }
 }
@@ -289,18 +298,11 @@ void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, 
         p[j] = kv_i8_score(dot, kv_i8_scale(kj, d), qs);
         max_s = std::max(max_s, p[j]);
       }
-      float sum = 0.0f;
-      for (std::int64_t j = 0; j < visible; ++j) {
-        p[j] = std::exp(p[j] - max_s);
-        sum += p[j];
-      }
-      float* o = out + (i * hq + h) * d;
-      std::fill(o, o + d, 0.0f);
-      for (std::int64_t j = 0; j < visible; ++j) {
+      softmax_weighted_rows(p.data(), visible, max_s, d, out + (i * hq + h) * d, [&](std::int64_t j, float w, float* o) {
         const std::int8_t* vj = v + (g * ctx + j) * rb;
-        const float w = p[j] / sum, s = kv_i8_scale(vj, d);
+        const float s = kv_i8_scale(vj, d);
         for (std::int64_t c = 0; c < d; ++c) o[c] += w * (static_cast<float>(vj[c]) * s);
-      }
+      });
     }
   }
 }
