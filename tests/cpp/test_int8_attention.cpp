@@ -141,8 +141,8 @@ TEST(Int8Attention, ReferenceFollowsTheContract) {
 TEST(Int8Attention, EverySoftmaxStepEqualsTheRow) {
   std::mt19937 rng(5);
   for (const Int8Kernel* kern : int8_kernels_available())
-    for (const int n : {1, 5, 16, 17, 100, 1024})
-      for (const float sd : {0.01f, 1.0f, 30.0f}) {
+    for (const int n : {1, 5, 16, 17, 100, 1024, 4096})
+      for (const float sd : {0.01f, 1.0f, 30.0f, 100.0f}) {
         const std::vector<float> s = random(static_cast<std::size_t>(n), sd, rng);
         const std::int64_t ldp = (n + 63) / 64 * 64;
         std::vector<std::uint8_t> want(static_cast<std::size_t>(ldp)), got(want.size(), 0xAB);

@@ -23,6 +23,7 @@
 // last bits, and a flipped rounding of pq would change the output.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -31,28 +32,26 @@ namespace qhx::cpu {
 struct Int8Kernel;
 
 // 127 · 2^x for the shifted scores x <= 0 of a softmax, within 6e-5 relative
-// for x >= −126 (smaller terms quantize to 0 anyway): x = n + f with n an
-// integer and |f| <= 1/2, 127 · 2^f by its Taylor polynomial of degree 4 (the
-// 127 folded into the coefficients; the remainder is at most
-// (ln2 / 2)^5 / 5! · √2 = 5.9e-5), 2^n through the exponent bits, capped at
-// 127. Only +, −, × (no fma) and compares, so a vector version reproduces it
-// bit for bit; the clamps are written as vmaxps/vminps compute them
+// for x >= −126 (smaller terms quantize to 0 anyway): x = n + f with n the
+// integer nearest x (ties to even) and |f| <= 1/2, 127 · 2^f by its Taylor
+// polynomial of degree 4 in Horner form with fused multiply-adds (the 127
+// folded into the coefficients; the remainder is at most
+// (ln2 / 2)^5 / 5! · √2 = 5.9e-5), times 2^n exactly, capped at 127. Every step
+// is a single IEEE rounding (fma rounds once), so a vector version reproduces
+// it bit for bit: AVX-512 takes n with one vrndscaleps and 2^n with one
+// vscalefps, 9 operations where separate × and + and exponent-bit arithmetic
+// took 15. The clamps are written as vmaxps/vminps compute them
 // (x > −126 ? x : −126 also sends NaN to −126).
 inline float exp2_127(float x) {
   x = x > -126.0f ? x : -126.0f;
-  const float t = x + 12582912.0f;  // 1.5 · 2^23: n = t − 1.5 · 2^23 is x rounded to an integer
-  const float n = t - 12582912.0f;
+  const float n = (x + 12582912.0f) - 12582912.0f;  // nearbyint: 1.5 · 2^23 pushes the fraction out
   const float f = x - n;
-  float p = 127.0f * 0.0096181291f;  // 127 · ln2^k / k!, k = 4 .. 0
-  p = p * f + 127.0f * 0.0555041087f;
-  p = p * f + 127.0f * 0.2402265070f;
-  p = p * f + 127.0f * 0.6931471806f;
-  p = p * f + 127.0f;
-  // 2^n from t's bits: its low mantissa bits hold n, and shifting them into
-  // the exponent field drops the rest of t (wrapping, hence unsigned).
-  std::uint32_t tb;
-  std::memcpy(&tb, &t, sizeof tb);
-  const std::uint32_t bits = (tb << 23) + (127u << 23);
+  float p = std::fma(127.0f * 0.0096181291f, f, 127.0f * 0.0555041087f);  // 127 · ln2^k / k!, k = 4 .. 0
+  p = std::fma(p, f, 127.0f * 0.2402265070f);
+  p = std::fma(p, f, 127.0f * 0.6931471806f);
+  p = std::fma(p, f, 127.0f);
+  // 2^n from its exponent bits (n in [−126, 0]: a normal float; p · 2^n is exact).
+  const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23;
   float two_n;
   std::memcpy(&two_n, &bits, sizeof two_n);
   const float e = p * two_n;

@@ -115,7 +115,7 @@ void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, c
   }
 }
 
-const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row, nullptr};
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row, nullptr, 1, 1};
 
 }  // namespace
 
@@ -321,11 +321,12 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
     parallel_for_balanced(w.panels, grain, 1, panels);
     return;
   }
-  // Several rows: pieces of about 256 KiB of panels (the kernels' L2 block),
-  // an even number so AMX's pairs of panels stay whole, shared out as threads
-  // come free (thread_pool.hpp: parallel_for_pieces).
+  // Several rows: pieces of about 256 KiB of panels (the kernels' L2 block), a
+  // whole number of the kernel's full-width tiles, shared out as threads come
+  // free (thread_pool.hpp: parallel_for_pieces).
   const std::int64_t panel_bytes = w.bits == 4 ? w.groups * 256 : w.k4 * w.panel * 4;
-  const std::int64_t piece = std::max<std::int64_t>(2, (std::int64_t{256} << 10) / std::max<std::int64_t>(1, panel_bytes) / 2 * 2);
+  const std::int64_t tile = std::max(1, w.bits == 4 ? k.tile_panels_w4 : k.tile_panels);
+  const std::int64_t piece = std::max<std::int64_t>(tile, (std::int64_t{256} << 10) / std::max<std::int64_t>(1, panel_bytes) / tile * tile);
   parallel_for_pieces(w.panels, piece, panels);
 }
 

@@ -113,6 +113,13 @@ struct Int8Kernel {
   // Called only with d % 4 == 0.
   void (*pack_kv)(const float* k, const float* v, std::int64_t n, std::int64_t d, std::int64_t stride, PackedI8& kp,
                   PackedI8& vp);
+  // Panels one full-width tile of `gemm` and of `gemm_w4` covers (their for_each_tile's
+  // max_nr). linear_i8_packed hands the threads runs of panels in multiples of these:
+  // a run that is not leaves narrow edge tiles, which load the activations as often
+  // for a third or half of the products (vision's fc2 lost a quarter of its panels to
+  // one-panel tiles with runs of 4 where 3 is a whole tile).
+  int tile_panels = 1;
+  int tile_panels_w4 = 1;
 };
 
 // Plain C++ over the packed layout, any CPU (P = 16, signed activations).

@@ -174,7 +174,7 @@ const Int8Kernel* int8_kernel_amx() {
     if (vnni == nullptr || !amx_usable()) return nullptr;
     g_vnni = vnni;
     static const Int8Kernel amx{"amx", kP, vnni->offset, gemm, vnni->gemm_w4, vnni->quantize, vnni->softmax_q8,
-                                  vnni->pack_kv};
+                                  vnni->pack_kv, 2, vnni->tile_panels_w4};
     return &amx;
   }();
   return k;

@@ -150,7 +150,7 @@ namespace qhx::cpu {
 const Int8Kernel* int8_kernel_avx2() {
   // Activation quantization and the softmax step are the portable ones, bit for bit
   // by definition; w4 matrices take the portable w4 product (gemm_w4 null).
-  static const Int8Kernel k{"avx2", kP, 0, gemm, nullptr, quantize_rows_q8, softmax_q8_row, nullptr};
+  static const Int8Kernel k{"avx2", kP, 0, gemm, nullptr, quantize_rows_q8, softmax_q8_row, nullptr, 1, 1};
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok ? &k : nullptr;
 }

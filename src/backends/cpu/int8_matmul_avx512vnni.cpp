@@ -70,48 +70,28 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
   }
 }
 
-// Edge tiles (fewer rows or panels than the full 8 × 3).
-template <int MR, int NR>
-__attribute__((always_inline)) inline void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx,
-                                                const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
-                                                std::int64_t p, std::int64_t i0) {
-  const std::int64_t k4 = w.k4;
-  const std::int64_t pstride = k4 * kP * 4;
-  const std::int8_t* b0 = w.data.get() + p * pstride;
-  const std::uint8_t* a0 = q + i0 * ldq;
-  __m512i acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
-  for (std::int64_t g = 0; g < k4; ++g) {
-    __m512i b[NR];
-    for (int j = 0; j < NR; ++j) b[j] = _mm512_load_si512(b0 + j * pstride + g * kP * 4);
-    for (int i = 0; i < MR; ++i) {
-      std::int32_t a4;
-      std::memcpy(&a4, a0 + i * ldq + 4 * g, 4);
-      const __m512i a = _mm512_set1_epi32(a4);
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a, b[j]);
-    }
-  }
-  epilogue<MR, NR>(acc, sx, w, bias, y, ldy, p, i0);
-}
-
-// The full 8 × 3 tile, where prefill and the vision encoder spend their time.
-// Written with 24 named accumulators and one-instruction asm: GCC 12 compiles
+// Rows [i0, i0 + MR) of panels [p, p + NR) (MR <= 8, NR <= 3): the full 8 × 3
+// tile, where prefill and the vision encoder spend their time, and the edge
+// tiles beside it. Written with 24 named accumulators (those past MR × NR are
+// never touched, and vanish) and one-instruction asm: GCC 12 compiles
 // _mm512_dpbusd_epi32 on an array of loop-carried accumulators with a register
-// copy before each vpdpbusd, doubling the vector work of the inner loop.
+// copy before each vpdpbusd, and for tile<8, 2> with stack spills in the loop,
+// doubling or tripling the work of the inner loop.
 #define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
 #define QHX_ROW(i)                                          \
-  do {                                                      \
+  if constexpr (MR > (i)) {                                 \
     std::int32_t a4;                                        \
     std::memcpy(&a4, a0 + (i) * ldq + 4 * g, 4);            \
     const __m512i a = _mm512_set1_epi32(a4);                \
     QHX_DP(c##i##0, a, b0v);                                \
-    QHX_DP(c##i##1, a, b1v);                                \
-    QHX_DP(c##i##2, a, b2v);                                \
-  } while (0)
+    if constexpr (NR > 1) QHX_DP(c##i##1, a, b1v);          \
+    if constexpr (NR > 2) QHX_DP(c##i##2, a, b2v);          \
+  }
 
-void tile_8x3(const std::uint8_t* q, std::int64_t ldq, const float* sx, const PackedI8& w, const float* bias,
-              float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+template <int MR, int NR>
+void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const PackedI8& w, const float* bias, float* y,
+          std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+  static_assert(MR >= 1 && MR <= 8 && NR >= 1 && NR <= 3);
   const std::int64_t k4 = w.k4;
   const std::int64_t pstride = k4 * kP * 4;
   const std::int8_t* bp = w.data.get() + p * pstride;
@@ -121,20 +101,24 @@ void tile_8x3(const std::uint8_t* q, std::int64_t ldq, const float* sx, const Pa
   __m512i c40 = z, c41 = z, c42 = z, c50 = z, c51 = z, c52 = z, c60 = z, c61 = z, c62 = z, c70 = z, c71 = z, c72 = z;
   for (std::int64_t g = 0; g < k4; ++g) {
     const __m512i b0v = _mm512_load_si512(bp + g * kP * 4);
-    const __m512i b1v = _mm512_load_si512(bp + pstride + g * kP * 4);
-    const __m512i b2v = _mm512_load_si512(bp + 2 * pstride + g * kP * 4);
-    QHX_ROW(0);
-    QHX_ROW(1);
-    QHX_ROW(2);
-    QHX_ROW(3);
-    QHX_ROW(4);
-    QHX_ROW(5);
-    QHX_ROW(6);
-    QHX_ROW(7);
+    __m512i b1v = z, b2v = z;
+    if constexpr (NR > 1) b1v = _mm512_load_si512(bp + pstride + g * kP * 4);
+    if constexpr (NR > 2) b2v = _mm512_load_si512(bp + 2 * pstride + g * kP * 4);
+    QHX_ROW(0)
+    QHX_ROW(1)
+    QHX_ROW(2)
+    QHX_ROW(3)
+    QHX_ROW(4)
+    QHX_ROW(5)
+    QHX_ROW(6)
+    QHX_ROW(7)
   }
-  const __m512i acc[8][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
+  const __m512i all[8][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
                              {c40, c41, c42}, {c50, c51, c52}, {c60, c61, c62}, {c70, c71, c72}};
-  epilogue<8, 3>(acc, sx, w, bias, y, ldy, p, i0);
+  __m512i acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = all[i][j];
+  epilogue<MR, NR>(acc, sx, w, bias, y, ldy, p, i0);
 }
 #undef QHX_ROW
 #undef QHX_DP
@@ -296,19 +280,18 @@ void pack_kv(const float* k, const float* v, std::int64_t n, std::int64_t d, std
   std::memcpy(vp.row_sums.get(), sums, static_cast<std::size_t>(dp) * sizeof(std::int32_t));
 }
 
-// exp2_127 (int8_attention.hpp) on 16 lanes, operation for operation.
+// exp2_127 (int8_attention.hpp) on 16 lanes, operation for operation
+// (vrndscaleps rounds to nearest even as 1.5 · 2^23 does; vscalefps multiplies
+// by 2^n exactly).
 inline __m512 exp2_127x16(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));  // x > −126 ? x : −126
-  const __m512 t = _mm512_add_ps(x, _mm512_set1_ps(12582912.0f));
-  const __m512 f = _mm512_sub_ps(x, _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f)));
-  __m512 p = _mm512_set1_ps(127.0f * 0.0096181291f);
-  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f * 0.0555041087f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f * 0.2402265070f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f * 0.6931471806f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(127.0f));
-  const __m512i bits =
-      _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23));
-  return _mm512_min_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(bits)), _mm512_set1_ps(127.0f));  // e < 127 ? e : 127
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(127.0f * 0.0096181291f), f, _mm512_set1_ps(127.0f * 0.0555041087f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(127.0f * 0.2402265070f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(127.0f * 0.6931471806f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(127.0f));
+  return _mm512_min_ps(_mm512_scalef_ps(p, n), _mm512_set1_ps(127.0f));  // e < 127 ? e : 127
 }
 
 // softmax_q8_row, 16 columns at a time with the same float operations
@@ -321,23 +304,25 @@ std::int32_t softmax_q8(const float* s, std::int64_t n, std::int64_t ldp, int of
     vm = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, mask, s + c), vm);
   }
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
-  const __m512i off = _mm512_set1_epi32(offset);
-  __m512i sum = _mm512_setzero_si512();
   // 64 columns at a time, narrowed to bytes by two saturating packs (exact:
-  // every value lies in [0, 255]) and one 64-byte store; the packs interleave
-  // 128-bit lanes, which one permute puts back in column order.
+  // every pq lies in [0, 127]) and one permute that puts the packs' interleaved
+  // 128-bit lanes back in column order; then summed by vpsadbw and offset by a
+  // byte add (pq + offset <= 255), once per 64 columns instead of per 16.
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i off8 = _mm512_set1_epi8(static_cast<char>(offset));
+  __m512i sum64 = _mm512_setzero_si512();
   std::int64_t c = 0;
   for (; c + 64 <= n; c += 64) {
     __m512i qv[4];
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < 4; ++u)
       qv[u] = _mm512_cvtps_epi32(exp2_127x16(_mm512_sub_ps(_mm512_loadu_ps(s + c + 16 * u), m)));
-      sum = _mm512_add_epi32(sum, qv[u]);
-      qv[u] = _mm512_add_epi32(qv[u], off);
-    }
     const __m512i w01 = _mm512_packus_epi32(qv[0], qv[1]), w23 = _mm512_packus_epi32(qv[2], qv[3]);
-    _mm512_storeu_si512(p + c, _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w01, w23)));
+    const __m512i bytes = _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w01, w23));
+    sum64 = _mm512_add_epi64(sum64, _mm512_sad_epu8(bytes, _mm512_setzero_si512()));
+    _mm512_storeu_si512(p + c, _mm512_add_epi8(bytes, off8));
   }
+  const __m512i off = _mm512_set1_epi32(offset);
+  __m512i sum = _mm512_setzero_si512();
   for (; c < n; c += 16) {
     const __mmask16 mask = n - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - c)) - 1u);
     const __m512i qi = _mm512_cvtps_epi32(exp2_127x16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + c), m)));
@@ -345,7 +330,7 @@ std::int32_t softmax_q8(const float* s, std::int64_t n, std::int64_t ldp, int of
     _mm512_mask_cvtepi32_storeu_epi8(p + c, mask, _mm512_add_epi32(qi, off));
   }
   std::memset(p + n, offset, static_cast<std::size_t>(ldp - n));
-  return _mm512_reduce_add_epi32(sum);
+  return static_cast<std::int32_t>(_mm512_reduce_add_epi64(sum64)) + _mm512_reduce_add_epi32(sum);
 }
 
 using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const PackedI8&, const float*, float*,
@@ -354,11 +339,6 @@ using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const P
 template <int MR>
 struct Row {
   static constexpr TileFn fns[kMaxNR] = {tile<MR, 1>, tile<MR, 2>, tile<MR, 3>};
-};
-
-template <>
-struct Row<8> {
-  static constexpr TileFn fns[kMaxNR] = {tile<8, 1>, tile<8, 2>, tile_8x3};
 };
 
 constexpr const TileFn* kTiles[kMaxMR] = {Row<1>::fns, Row<2>::fns, Row<3>::fns, Row<4>::fns,
@@ -450,7 +430,7 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
 // high halves' sum (at most 16 · 240 · 127 in magnitude per group), which an
 // arithmetic shift by 4 divides out exactly; decode stays bound by memory only
 // while the arithmetic per weight byte is this small. Named accumulators and
-// one-instruction asm keep GCC from spilling them (see tile_8x3).
+// one-instruction asm keep GCC from spilling them (see tile).
 template <class S>
 __attribute__((always_inline)) inline void panel_w4_m1(const std::uint8_t* q, const float* sx,
                                                        const std::int32_t* xsum, const PackedI8& w,
@@ -529,7 +509,7 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_avx512vnni() {
-  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize, softmax_q8, pack_kv};
+  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize, softmax_q8, pack_kv, kMaxNR, kW4MaxNR};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return ok ? &k : nullptr;

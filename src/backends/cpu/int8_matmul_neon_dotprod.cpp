@@ -190,7 +190,7 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_neon_dotprod() {
-  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm, gemm_w4, quantize_rows_q8, softmax_q8_row, nullptr};
+  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm, gemm_w4, quantize_rows_q8, softmax_q8_row, nullptr, kMaxNR, 1};
   static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
   return ok ? &k : nullptr;
 }
