@@ -217,6 +217,59 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The vision encoder's four products as its 24 layers run them: distinct
+  // weights per layer (288 MB as w8, so each layer's come from DRAM, not from a
+  // cache a single matrix called again would sit in), each product's input the
+  // output a layer leaves in its place (fc2 reads the 16 MB fc1 wrote). The
+  // figure is each product's time summed over the layers (median of the passes).
+  const std::string vstack_name = "vision stack, 24 layers";
+  if (wanted(vstack_name)) {
+    constexpr std::int64_t kRows = 1024, kH = 1024, kInter = 4096, kLayers = 24;
+    const Mat vmats[] = {{3 * kH, kH}, {kH, kH}, {kInter, kH}, {kH, kInter}};
+    const char* vnames[] = {"qkv", "proj", "fc1", "fc2"};
+    std::vector<WeightMatrix> ws;
+    std::vector<std::vector<std::int8_t>> wq;
+    std::vector<float> vsw(static_cast<std::size_t>(kInter * 3), 0.01f);
+    for (std::int64_t l = 0; l < kLayers; ++l)
+      for (const Mat& mt : vmats) {
+        wq.emplace_back(static_cast<std::size_t>(mt.n * mt.k));
+        for (auto& e : wq.back()) e = static_cast<std::int8_t>(qd(rng));
+        WeightMatrix w = WeightMatrix::w8(wq.back().data(), vsw.data(), mt.n, mt.k);
+        w.int8_activations = true;
+        w.packed = active_kernels().pack(w);
+        w.data = nullptr;
+        wq.back() = {};
+        ws.push_back(w);
+      }
+    std::vector<float> x(static_cast<std::size_t>(kRows * kH)), qkv(static_cast<std::size_t>(kRows * 3 * kH)),
+        attn(x.size()), mlp(static_cast<std::size_t>(kRows * kInter)), tmp(x.size());
+    for (auto* vec : {&x, &qkv, &attn, &mlp, &tmp})
+      for (auto& e : *vec) e = nd(rng);
+    std::vector<double> times[4];
+    for (int i = 0; i < std::max(2, reps / 5) + 1; ++i) {
+      double t[4] = {};
+      for (std::int64_t l = 0; l < kLayers; ++l) {
+        const float* in[4] = {x.data(), attn.data(), x.data(), mlp.data()};
+        float* outp[4] = {qkv.data(), tmp.data(), mlp.data(), tmp.data()};
+        for (int j = 0; j < 4; ++j) {
+          const auto t0 = Clock::now();
+          active_kernels().linear(in[j], kRows, ws[static_cast<std::size_t>(l * 4 + j)], nullptr, outp[j]);
+          t[j] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        }
+      }
+      if (i > 0)
+        for (int j = 0; j < 4; ++j) times[j].push_back(t[j]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      std::sort(times[j].begin(), times[j].end());
+      const double med = times[j][times[j].size() / 2];
+      const double gops = 2.0 * static_cast<double>(kLayers * kRows * vmats[j].n * vmats[j].k) / (med * 1e6);
+      const std::string path = std::string(vnames[j]) + "/" + int8_kernel_best().name;
+      if (!json) std::printf("%-32s %-24s %9.3f ms  %7.1f GOP/s (median)\n", vstack_name.c_str(), path.c_str(), med, gops);
+      out.push_back({{"shape", vstack_name}, {"path", path}, {"ms", med}, {"gop_s", gops}});
+    }
+  }
+
   // Attention: the vision encoder's (1,024 patches, 16 heads of 64, non-causal) and a
   // decoder's prefill chunk and decode step (16 query heads over 8 KV heads of 128).
   struct Att {

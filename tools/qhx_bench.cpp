@@ -11,7 +11,9 @@
 //   decode ms/token  after a prompt of 512 and of 1,024 tokens, over forced decode steps,
 //                    through a copy of the text manifest with a larger context
 //   load_ms          Pipeline::open of the VLM manifest; peak_rss_mb (getrusage) once the
-//                    caption runs are done (the decode sections' sessions add KV caches of their own)
+//                    caption runs are done (the decode sections' sessions add KV caches of their own);
+//                    file_pages_2mib_mb / anon_pages_2mib_mb: memory mapped in 2 MiB pages during
+//                    decode (/proc/self/smaps_rollup: FilePmdMapped, AnonHugePages)
 //   long_context     with --long-context N, for the f16 and the 8-bit KV cache: prefill of an
 //                    N-token prompt, decode at N and at 512 tokens of context, and decode's
 //                    fraction of read bandwidth at N counting the weights and the cache rows
@@ -74,6 +76,24 @@ double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+// MB of this process's memory mapped in 2 MiB pages: file pages (the weights'
+// mappings, when the page cache holds them in 2 MiB folios: mapped_file.cpp)
+// and anonymous ones (weights read into memory, KV caches). -1 where
+// /proc/self/smaps_rollup cannot be read.
+std::pair<double, double> huge_mapped_mb() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  if (!in) return {-1, -1};
+  double file_kb = 0, anon_kb = 0;
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key) {
+    if (key == "FilePmdMapped:" && in >> kb >> unit) file_kb = kb;
+    else if (key == "AnonHugePages:" && in >> kb >> unit) anon_kb = kb;
+  }
+  return {file_kb / 1024.0, anon_kb / 1024.0};
 }
 
 double median(std::vector<double> v) {
@@ -407,6 +427,7 @@ int main(int argc, char** argv) {
       }
     }
     const double peak_rss_caption_mb = peak_rss_mb();  // before the decode sections
+    std::pair<double, double> huge_pages{-1, -1};
     const std::int64_t prefill_tokens = 320;
     {  // Text manifest: prefill of exactly 320 tokens.
       log("open " + text_manifest.string());
@@ -438,6 +459,7 @@ int main(int argc, char** argv) {
           const bool at512 = ctx_len == 512;  // only decode at 512 is compared with the probes
           const auto res = probed_decode(*p, prompt, forced, at512);
           (at512 ? d512 : d1024).push_back(res.decode_ms);
+          huge_pages = huge_mapped_mb();  // while the decoder's weights are open
           if (at512 && res.stable()) d512_adjacent.push_back(bytes_per_token / (res.decode_ms / 1000.0) / (res.bw() * 1e9));
           log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
               std::to_string(res.prefill_ms) + " ms, decode " + std::to_string(res.decode_ms) + " ms/token" +
@@ -583,6 +605,8 @@ int main(int argc, char** argv) {
         {"decode_stable_runs", d512_adjacent.size()},
         {"load_ms", load_ms},
         {"peak_rss_mb", peak_rss_caption_mb},
+        {"file_pages_2mib_mb", huge_pages.first},
+        {"anon_pages_2mib_mb", huge_pages.second},
         {"wall_s", wall_s},
     };
     json verify = json::array();
@@ -660,6 +684,8 @@ int main(int argc, char** argv) {
     std::printf("  %-34s %10.1f ms\n", "load (VLM manifest)", load_ms);
     std::printf("  %-34s %10.1f MB\n", "peak RSS (caption runs)", j["peak_rss_mb"].get<double>());
     std::printf("  %-34s %10.1f MB\n", "weight bytes per decoded token", bytes_per_token / 1e6);
+    std::printf("  %-34s %10.1f MB file, %.1f MB anonymous (during decode)\n", "mapped in 2 MiB pages",
+                j["file_pages_2mib_mb"].get<double>(), j["anon_pages_2mib_mb"].get<double>());
     if (roof)
       std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s, int8 %.1f GOP/s (%s)\n",
                   roof->threads, roof->read_gbs, roof->fp32_gflops, roof->int8_gops,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -87,6 +88,30 @@ TEST(MappedFileGuard, TruncatedFileReadsZerosAndNamesTheFile) {
   } catch (const FileChangedError&) {  // the type callers (qhx_serve) tell apart
     SUCCEED();
   }
+}
+
+// Files of 2 MiB and more are mapped at 2 MiB-aligned addresses (advised for huge
+// pages, which the kernel may or may not use): the bytes are the file's, the guard
+// works as for any mapping, and unmapping returns the whole range.
+TEST(MappedFileGuard, LargeFilesMapAt2MiBAlignedAddresses) {
+  TempDir dir;
+  std::string bytes(5 * (std::size_t{1} << 20) + 123, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const fs::path p = dir.write("weights.bin", bytes);
+  std::optional<MappedFile> f(std::in_place, p);
+  ASSERT_EQ(f->size(), bytes.size());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(f->data()) % (std::uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(std::memcmp(f->data(), bytes.data(), bytes.size()), 0);
+  truncate_to(p, 3 * (std::size_t{1} << 20));
+  EXPECT_EQ(read_byte(f->data() + 100), static_cast<unsigned char>(bytes[100]));
+  EXPECT_EQ(read_byte(f->data() + bytes.size() - 1), 0);  // past the new end: zeros, not SIGBUS
+  EXPECT_TRUE(f->lost());
+  const std::byte* start = f->data();
+  f.reset();
+  // Nothing of the reservation is left mapped: the range is free again.
+  std::vector<unsigned char> resident((bytes.size() + kPage - 1) / kPage);
+  EXPECT_EQ(::mincore(const_cast<std::byte*>(start), bytes.size(), resident.data()), -1);
+  EXPECT_EQ(errno, ENOMEM);
 }
 
 TEST(MappedFileGuard, StatCheckSeesATruncationBeforeAnyRead) {
