@@ -84,8 +84,11 @@ struct PipelineOptions {
   // files, when the kernels use their panel-form matrices in place) into this
   // process's memory in 2 MiB pages, instead of mapping them: opening reads
   // ~1.7 GB for the 2B (0.3-0.6 s instead of ~0.1 s), and decode runs up to ~17%
-  // faster (4 KiB page-cache pages stop the weight stream's prefetchers at every
-  // page). For a long-running server; docs/bundle.md, "Mapped files".
+  // faster where the mapping would be in 4 KiB page-cache pages (they stop the
+  // weight stream's prefetchers at every page; a mapping gets 2 MiB pages where
+  // the page cache holds the file in 2 MiB folios). For a long-running server
+  // that wants that speed whatever the page cache holds, and its weights immune
+  // to the files changing; docs/bundle.md, "Mapped files".
   bool weights_in_memory = false;
 };
 
