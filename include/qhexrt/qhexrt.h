@@ -17,7 +17,9 @@
  * - No C++ exception ever leaves a function of this header.
  * - Versioned structs (API version 2): a struct whose first field is
  *   `size_t struct_size` is versioned. The caller sets struct_size to
- *   sizeof(the struct) — qhx_*_init() does that and fills the defaults. Later
+ *   sizeof(the struct) — qhx_*_init() does that and fills the defaults
+ *   (since API version 6 a macro around qhx_*_init_sized(s, sizeof *s), so the
+ *   library fills exactly the struct this header declares, never more). Later
  *   API versions only append fields at the end, so the library reads (or, for
  *   outputs, writes) only the fields that fit in the caller's struct_size:
  *   a program built against an older header keeps working, and fields it does
@@ -44,10 +46,11 @@ extern "C" {
 /* The version of this C API. 1: tokenizer and one-shot generation;
  * 2: versioned option structs, pipelines with options, sessions, messages,
  * results, timings, image-cache statistics; 3: qhx_pipeline_default_sampling,
- * frequency_penalty; 4: qhx_generation_options.speculate; 5: qhx_pipeline_options.weights_in_memory.
+ * frequency_penalty; 4: qhx_generation_options.speculate; 5: qhx_pipeline_options.weights_in_memory;
+ * 6: qhx_*_init_sized (the qhx_*_init macros).
  * Within one SONAME the number only grows, and every function of a lower
  * version keeps working. */
-#define QHX_API_VERSION 5
+#define QHX_API_VERSION 6
 
 enum {
   QHX_OK = 0,
@@ -127,7 +130,14 @@ typedef struct qhx_pipeline_options {
 } qhx_pipeline_options;
 
 /* Fills *options with the defaults and struct_size = sizeof(qhx_pipeline_options). */
+/* (API 6) Fills the first struct_size bytes of *options with the defaults and sets
+ * options->struct_size = struct_size: a struct_size below API version 2's struct is
+ * refused (QHX_ERR_ARGUMENT), one past the library's struct has its tail zeroed. */
+int qhx_pipeline_options_init_sized(qhx_pipeline_options* options, size_t struct_size);
+/* The API 1-5 entry point, for programs built against those headers: it fills the
+ * API version 5 struct. */
 int qhx_pipeline_options_init(qhx_pipeline_options* options);
+#define qhx_pipeline_options_init(options) qhx_pipeline_options_init_sized((options), sizeof *(options))
 
 /* Opens a manifest (.json), a bundle folder or a Hugging Face checkpoint
  * directory. `options` may be NULL (the defaults). *out is NULL on failure. */
@@ -151,7 +161,14 @@ typedef struct qhx_image_cache_stats {
 } qhx_image_cache_stats;
 
 /* Zeroes *stats and sets struct_size = sizeof(qhx_image_cache_stats). */
+/* (API 6) Fills the first struct_size bytes of *stats with the defaults and sets
+ * stats->struct_size = struct_size: a struct_size below API version 2's struct is
+ * refused (QHX_ERR_ARGUMENT), one past the library's struct has its tail zeroed. */
+int qhx_image_cache_stats_init_sized(qhx_image_cache_stats* stats, size_t struct_size);
+/* The API 1-5 entry point, for programs built against those headers: it fills the
+ * API version 5 struct. */
 int qhx_image_cache_stats_init(qhx_image_cache_stats* stats);
+#define qhx_image_cache_stats_init(stats) qhx_image_cache_stats_init_sized((stats), sizeof *(stats))
 
 /* Writes the cache's statistics into *stats (the fields that fit in stats->struct_size). */
 int qhx_pipeline_image_cache_stats(const qhx_pipeline* pipe, qhx_image_cache_stats* stats);
@@ -262,7 +279,14 @@ typedef struct qhx_generation_options {
 } qhx_generation_options;
 
 /* Fills *options with the defaults above and struct_size = sizeof(qhx_generation_options). */
+/* (API 6) Fills the first struct_size bytes of *options with the defaults and sets
+ * options->struct_size = struct_size: a struct_size below API version 2's struct is
+ * refused (QHX_ERR_ARGUMENT), one past the library's struct has its tail zeroed. */
+int qhx_generation_options_init_sized(qhx_generation_options* options, size_t struct_size);
+/* The API 1-5 entry point, for programs built against those headers: it fills the
+ * API version 5 struct. */
 int qhx_generation_options_init(qhx_generation_options* options);
+#define qhx_generation_options_init(options) qhx_generation_options_init_sized((options), sizeof *(options))
 
 /* (API 3) Writes the plan's sampling defaults (the manifest's, or a checkpoint's
  * generation_config.json) into the sampling fields of *options (greedy through
@@ -288,7 +312,14 @@ typedef struct qhx_timings {
 } qhx_timings;
 
 /* Zeroes *timings and sets struct_size = sizeof(qhx_timings). */
+/* (API 6) Fills the first struct_size bytes of *timings with the defaults and sets
+ * timings->struct_size = struct_size: a struct_size below API version 2's struct is
+ * refused (QHX_ERR_ARGUMENT), one past the library's struct has its tail zeroed. */
+int qhx_timings_init_sized(qhx_timings* timings, size_t struct_size);
+/* The API 1-5 entry point, for programs built against those headers: it fills the
+ * API version 5 struct. */
 int qhx_timings_init(qhx_timings* timings);
+#define qhx_timings_init(timings) qhx_timings_init_sized((timings), sizeof *(timings))
 
 typedef struct qhx_result qhx_result;
 

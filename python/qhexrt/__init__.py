@@ -228,7 +228,7 @@ def _result_from_handle(handle: ctypes.c_void_p) -> Result:
         _check(lib.qhx_result_cached_tokens(handle, ctypes.byref(n)))
         cached = int(n.value)
         t = _capi.Timings()
-        _check(lib.qhx_timings_init(ctypes.byref(t)))
+        _check(lib.qhx_timings_init_sized(ctypes.byref(t), ctypes.sizeof(t)))
         _check(lib.qhx_result_timings(handle, ctypes.byref(t)))
         timings = Timings(**{name: getattr(t, name) for name, _ in _capi.Timings._fields_[1:]})
         return Result(text=answer, tokens=tokens, prompt_tokens=prompt, cached_tokens=cached,
@@ -270,7 +270,7 @@ class Pipeline:
               threads: Optional[int]) -> None:
         self._handle = ctypes.c_void_p()
         opts = _capi.PipelineOptions()
-        _check(lib.qhx_pipeline_options_init(ctypes.byref(opts)))
+        _check(lib.qhx_pipeline_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.struct_size = ctypes.sizeof(opts)
         if image_cache_mb is not None:
             if image_cache_mb < 0:
@@ -308,7 +308,7 @@ class Pipeline:
 
     def image_cache_stats(self) -> ImageCacheStats:
         s = _capi.ImageCacheStats()
-        _check(lib.qhx_image_cache_stats_init(ctypes.byref(s)))
+        _check(lib.qhx_image_cache_stats_init_sized(ctypes.byref(s), ctypes.sizeof(s)))
         _check(lib.qhx_pipeline_image_cache_stats(self._handle, ctypes.byref(s)))
         return ImageCacheStats(s.hits, s.misses, s.entries, s.bytes, s.capacity_bytes)
 
@@ -448,7 +448,7 @@ class Session:
     def _options(self, max_tokens: Optional[int], stop: Sequence[str], resize: Optional[str],
                  sampling: dict, speculate: int = 0) -> tuple:
         o = _capi.GenerationOptions()
-        _check(lib.qhx_generation_options_init(ctypes.byref(o)))
+        _check(lib.qhx_generation_options_init_sized(ctypes.byref(o), ctypes.sizeof(o)))
         o.struct_size = ctypes.sizeof(o)
         if isinstance(speculate, bool) or not isinstance(speculate, int):
             raise TypeError(f"qhexrt: speculate must be an int (a draft length), got {type(speculate).__name__}")

@@ -14,9 +14,10 @@ from pathlib import Path
 # The C API version this module is written against (QHX_API_VERSION): 3 adds
 # qhx_pipeline_default_sampling, which per-parameter sampling overrides need; 4 the
 # speculate field (an older library would ignore it, so it is required); 5 the pipeline
-# options' weights_in_memory (and qhx_pipeline_options_init fills the whole struct the
-# library knows, so this struct must be at least that large).
-API_VERSION = 5
+# options' weights_in_memory; 6 the qhx_*_init_sized functions, which fill exactly the
+# struct size they are given (the plain qhx_*_init fill the whole struct the library knew
+# at version 5, more than a shorter struct holds).
+API_VERSION = 6
 
 QHX_OK = 0
 QHX_ERR = -1
@@ -66,11 +67,13 @@ _PROTOTYPES = {
     "qhx_api_version": (c_int, []),
     "qhx_last_error": (c_char_p, []),
     "qhx_pipeline_options_init": (c_int, [POINTER(PipelineOptions)]),
+    "qhx_pipeline_options_init_sized": (c_int, [POINTER(PipelineOptions), c_size_t]),
     "qhx_pipeline_open2": (c_int, [c_char_p, POINTER(PipelineOptions), POINTER(_P)]),
     "qhx_pipeline_free": (None, [_P]),
     "qhx_pipeline_warning": (c_int, [_P, POINTER(c_char_p)]),
     "qhx_pipeline_takes_images": (c_int, [_P, POINTER(c_int)]),
     "qhx_image_cache_stats_init": (c_int, [POINTER(ImageCacheStats)]),
+    "qhx_image_cache_stats_init_sized": (c_int, [POINTER(ImageCacheStats), c_size_t]),
     "qhx_pipeline_image_cache_stats": (c_int, [_P, POINTER(ImageCacheStats)]),
     "qhx_pipeline_default_sampling": (c_int, [_P, POINTER(GenerationOptions)]),
     "qhx_message_new": (c_int, [c_char_p, POINTER(_P)]),
@@ -82,7 +85,9 @@ _PROTOTYPES = {
     "qhx_message_part_count": (c_int, [_P, POINTER(c_size_t)]),
     "qhx_message_part": (c_int, [_P, c_size_t, POINTER(c_int), POINTER(POINTER(c_char)), POINTER(c_size_t)]),
     "qhx_generation_options_init": (c_int, [POINTER(GenerationOptions)]),
+    "qhx_generation_options_init_sized": (c_int, [POINTER(GenerationOptions), c_size_t]),
     "qhx_timings_init": (c_int, [POINTER(Timings)]),
+    "qhx_timings_init_sized": (c_int, [POINTER(Timings), c_size_t]),
     "qhx_result_free": (None, [_P]),
     "qhx_result_text": (c_int, [_P, POINTER(POINTER(c_char)), POINTER(c_size_t)]),
     "qhx_result_reasoning": (c_int, [_P, POINTER(POINTER(c_char)), POINTER(c_size_t)]),

@@ -75,6 +75,15 @@ constexpr std::size_t kImageCacheStatsV2 = offsetof(qhx_image_cache_stats, capac
 // A version 3 field is honoured only if the caller's struct_size reaches its end.
 constexpr std::size_t kGenerationOptionsV3 = offsetof(qhx_generation_options, frequency_penalty) + sizeof(float);
 constexpr std::size_t kGenerationOptionsV4 = offsetof(qhx_generation_options, speculate) + sizeof(int32_t);
+// The structs of API version 5, the last whose headers declared qhx_*_init as
+// functions: what those exported symbols fill, whatever the library's structs
+// grow to (a program built against such a header has a struct of at most this
+// size). API 6 appended no field; a later version that appends one to a struct
+// writes its V5 size here as the offset of that field (with the padding before it).
+constexpr std::size_t kPipelineOptionsV5 = sizeof(qhx_pipeline_options);
+constexpr std::size_t kGenerationOptionsV5 = sizeof(qhx_generation_options);
+constexpr std::size_t kTimingsV5 = sizeof(qhx_timings);
+constexpr std::size_t kImageCacheStatsV5 = sizeof(qhx_image_cache_stats);
 
 // Checks a caller's struct_size against the v2 minimum.
 template <typename T>
@@ -105,6 +114,22 @@ void write_versioned(const T& in, T* out) {
   const std::size_t caller_size = out->struct_size;
   std::memcpy(out, &in, std::min(caller_size, sizeof(T)));
   out->struct_size = caller_size;
+}
+
+// qhx_*_init_sized: the defaults into the caller's struct_size bytes (its tail
+// past the library's struct zeroed), struct_size set to the caller's.
+template <typename T>
+int init_sized(T* s, std::size_t struct_size, std::size_t v2_size, const T& defaults, const char* function,
+               const char* argument, const char* type) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  if (s == nullptr) return null_argument(function, argument);
+  if (struct_size < v2_size)
+    return set_error(QHX_ERR_ARGUMENT, qhx::cat(function, ": struct_size is ", struct_size, ", below the ", v2_size,
+                                                " bytes of API version 2's ", type, " (pass sizeof(", type, "))"));
+  std::memcpy(s, &defaults, std::min(struct_size, sizeof(T)));
+  if (struct_size > sizeof(T)) std::memset(reinterpret_cast<char*>(s) + sizeof(T), 0, struct_size - sizeof(T));
+  s->struct_size = struct_size;
+  return QHX_OK;
 }
 
 qhx_pipeline_options default_pipeline_options() {
@@ -270,10 +295,15 @@ int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_
 
 /* ---- pipelines ---- */
 
-int qhx_pipeline_options_init(qhx_pipeline_options* options) {
+int qhx_pipeline_options_init_sized(qhx_pipeline_options* options, size_t struct_size) {
+  return init_sized(options, struct_size, kPipelineOptionsV2, default_pipeline_options(),
+                    "qhx_pipeline_options_init_sized", "options", "qhx_pipeline_options");
+}
+
+// The parentheses keep the header's qhx_*_init macros off these definitions.
+int(qhx_pipeline_options_init)(qhx_pipeline_options* options) {
   if (options == nullptr) return null_argument("qhx_pipeline_options_init", "options");
-  *options = default_pipeline_options();
-  return QHX_OK;
+  return qhx_pipeline_options_init_sized(options, kPipelineOptionsV5);
 }
 
 int qhx_pipeline_open2(const char* path, const qhx_pipeline_options* options, qhx_pipeline** out) {
@@ -324,11 +354,14 @@ int qhx_pipeline_takes_images(const qhx_pipeline* pipe, int* takes_images) {
   return QHX_OK;
 }
 
-int qhx_image_cache_stats_init(qhx_image_cache_stats* stats) {
+int qhx_image_cache_stats_init_sized(qhx_image_cache_stats* stats, size_t struct_size) {
+  return init_sized(stats, struct_size, kImageCacheStatsV2, qhx_image_cache_stats{}, "qhx_image_cache_stats_init_sized",
+                    "stats", "qhx_image_cache_stats");
+}
+
+int(qhx_image_cache_stats_init)(qhx_image_cache_stats* stats) {
   if (stats == nullptr) return null_argument("qhx_image_cache_stats_init", "stats");
-  *stats = qhx_image_cache_stats{};
-  stats->struct_size = sizeof *stats;
-  return QHX_OK;
+  return qhx_image_cache_stats_init_sized(stats, kImageCacheStatsV5);
 }
 
 int qhx_pipeline_image_cache_stats(const qhx_pipeline* pipe, qhx_image_cache_stats* stats) {
@@ -483,10 +516,14 @@ int qhx_message_part(const qhx_message* msg, size_t index, int* kind, const char
 
 /* ---- generation options and results ---- */
 
-int qhx_generation_options_init(qhx_generation_options* options) {
+int qhx_generation_options_init_sized(qhx_generation_options* options, size_t struct_size) {
+  return init_sized(options, struct_size, kGenerationOptionsV2, default_generation_options(),
+                    "qhx_generation_options_init_sized", "options", "qhx_generation_options");
+}
+
+int(qhx_generation_options_init)(qhx_generation_options* options) {
   if (options == nullptr) return null_argument("qhx_generation_options_init", "options");
-  *options = default_generation_options();
-  return QHX_OK;
+  return qhx_generation_options_init_sized(options, kGenerationOptionsV5);
 }
 
 int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_options* options) {
@@ -513,11 +550,14 @@ int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_optio
   });
 }
 
-int qhx_timings_init(qhx_timings* timings) {
+int qhx_timings_init_sized(qhx_timings* timings, size_t struct_size) {
+  return init_sized(timings, struct_size, kTimingsV2, qhx_timings{}, "qhx_timings_init_sized", "timings",
+                    "qhx_timings");
+}
+
+int(qhx_timings_init)(qhx_timings* timings) {
   if (timings == nullptr) return null_argument("qhx_timings_init", "timings");
-  *timings = qhx_timings{};
-  timings->struct_size = sizeof *timings;
-  return QHX_OK;
+  return qhx_timings_init_sized(timings, kTimingsV5);
 }
 
 void qhx_result_free(qhx_result* result) { delete result; }

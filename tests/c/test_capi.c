@@ -257,7 +257,7 @@ static void test_versions_and_structs(void) {
   qhx_image_cache_stats cs;
   CHECK(strlen(qhx_version()) > 0);
   CHECK(qhx_api_version() == QHX_API_VERSION);
-  CHECK(QHX_API_VERSION == 5);
+  CHECK(QHX_API_VERSION == 6);
 
   memset(&po, 0x5a, sizeof po);
   CHECK(qhx_pipeline_options_init(&po) == QHX_OK);
@@ -275,10 +275,52 @@ static void test_versions_and_structs(void) {
   memset(&cs, 0x5a, sizeof cs);
   CHECK(qhx_image_cache_stats_init(&cs) == QHX_OK && cs.struct_size == sizeof cs && cs.hits == 0);
 
-  CHECK_ARG(qhx_pipeline_options_init(NULL), "qhx_pipeline_options_init", "options");
-  CHECK_ARG(qhx_generation_options_init(NULL), "qhx_generation_options_init", "options");
-  CHECK_ARG(qhx_timings_init(NULL), "qhx_timings_init", "timings");
-  CHECK_ARG(qhx_image_cache_stats_init(NULL), "qhx_image_cache_stats_init", "stats");
+  /* The API 1-5 symbols (the names in parentheses: not the header's macros). */
+  CHECK_ARG((qhx_pipeline_options_init)(NULL), "qhx_pipeline_options_init", "options");
+  CHECK_ARG((qhx_generation_options_init)(NULL), "qhx_generation_options_init", "options");
+  CHECK_ARG((qhx_timings_init)(NULL), "qhx_timings_init", "timings");
+  CHECK_ARG((qhx_image_cache_stats_init)(NULL), "qhx_image_cache_stats_init", "stats");
+  CHECK_ARG(qhx_pipeline_options_init_sized(NULL, sizeof po), "qhx_pipeline_options_init_sized", "options");
+  CHECK_ARG(qhx_generation_options_init_sized(NULL, sizeof go), "qhx_generation_options_init_sized", "options");
+  CHECK_ARG(qhx_timings_init_sized(NULL, sizeof t), "qhx_timings_init_sized", "timings");
+  CHECK_ARG(qhx_image_cache_stats_init_sized(NULL, sizeof cs), "qhx_image_cache_stats_init_sized", "stats");
+  memset(&po, 0x5a, sizeof po);
+  CHECK((qhx_pipeline_options_init)(&po) == QHX_OK && po.struct_size == sizeof po && po.weights_in_memory == 0);
+  memset(&t, 0x5a, sizeof t);
+  CHECK((qhx_timings_init)(&t) == QHX_OK && t.struct_size == sizeof t && t.decode_steps == 0);
+
+  /* A program built against an older header has a shorter struct: init_sized fills
+   * exactly its bytes (the API version 2 pipeline options end at `threads`) and not
+   * one past them. */
+  {
+    const size_t v2 = offsetof(qhx_pipeline_options, threads) + sizeof(int32_t);
+    unsigned char buf[sizeof(qhx_pipeline_options) + 16];
+    qhx_pipeline_options* older = (qhx_pipeline_options*)(void*)buf;
+    size_t i;
+    int untouched = 1;
+    memset(buf, 0x5a, sizeof buf);
+    CHECK(qhx_pipeline_options_init_sized(older, v2) == QHX_OK);
+    CHECK(older->struct_size == v2 && older->image_cache_mb < 0 && older->want_images == 0 && older->threads == 0);
+    for (i = v2; i < sizeof buf; ++i) untouched = untouched && buf[i] == 0x5a;
+    CHECK(untouched);
+    CHECK(qhx_pipeline_options_init_sized(older, v2 - 1) == QHX_ERR_ARGUMENT);
+    CHECK(contains(qhx_last_error(), "qhx_pipeline_options_init_sized") && contains(qhx_last_error(), "struct_size"));
+  }
+  /* A newer header's longer struct: the library's fields get their defaults, the
+   * tail it does not know is zeroed, struct_size is the caller's. */
+  {
+    struct {
+      qhx_generation_options o;
+      unsigned char newer_fields[24];
+    } longer;
+    size_t i;
+    int zeroed = 1;
+    memset(&longer, 0x5a, sizeof longer);
+    CHECK(qhx_generation_options_init_sized(&longer.o, sizeof longer) == QHX_OK);
+    CHECK(longer.o.struct_size == sizeof longer && longer.o.use_manifest_sampling == 1 && longer.o.speculate == 0);
+    for (i = 0; i < sizeof longer.newer_fields; ++i) zeroed = zeroed && longer.newer_fields[i] == 0;
+    CHECK(zeroed);
+  }
 }
 
 static void test_messages(void) {

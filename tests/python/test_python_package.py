@@ -164,8 +164,9 @@ def test_package_is_installed_outside_the_tree(venv_python, tmp_path):
 
 
 def test_option_structs_hold_all_the_library_writes(venv_python, tmp_path):
-    """qhx_*_init fill the whole struct the library knows (struct_size says how much): each of the
-    package's ctypes structs must be exactly that large, or init writes past it."""
+    """qhx_*_init fill the whole struct the library knew at C API 5 (struct_size says how much):
+    each of the package's ctypes structs must be exactly that large, and the _init_sized the
+    package calls must fill exactly the size it is given."""
     out = run_py(venv_python, """
         import ctypes
         from qhexrt import _capi
@@ -177,11 +178,18 @@ def test_option_structs_hold_all_the_library_writes(venv_python, tmp_path):
             buf = ctypes.create_string_buffer(4096)
             assert getattr(_capi.lib, init)(ctypes.cast(buf, ctypes.POINTER(cls))) == 0
             sizes[cls.__name__] = [ctypes.c_size_t.from_buffer(buf).value, ctypes.sizeof(cls)]
+            # _init_sized (C API 6) fills exactly the size it is given: struct_size, not a byte past it.
+            buf = ctypes.create_string_buffer(b"\\x5a" * 4096, 4096)
+            size = ctypes.sizeof(cls)
+            assert getattr(_capi.lib, init + "_sized")(ctypes.cast(buf, ctypes.POINTER(cls)), size) == 0
+            sizes[cls.__name__].append(ctypes.c_size_t.from_buffer(buf).value)
+            sizes[cls.__name__].append(buf.raw[size:] == b"\\x5a" * (4096 - size))
         print(json.dumps(sizes))
     """, tmp_path)
     assert len(out) == 4, out
-    for name, (written, ours) in out.items():
+    for name, (written, ours, sized, tail_kept) in out.items():
         assert written == ours, f"{name}: the library's init fills {written} bytes, the package's struct has {ours}"
+        assert sized == ours and tail_kept, f"{name}: init_sized set struct_size {sized} or wrote past {ours} bytes"
 
 
 def test_weights_in_memory_gives_the_same_tokens(venv_python, tmp_path):
