@@ -61,6 +61,8 @@
 #include <vector>
 
 #include "bandwidth_probe.hpp"
+#include "bench_report.hpp"
+#include "bench_support.hpp"
 #include "qhexrt/doctor.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
@@ -69,49 +71,9 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace qhx_bench;
 
 namespace {
-
-double peak_rss_mb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // KiB on Linux
-}
-
-// MB of this process's memory mapped in 2 MiB pages: file pages (the weights'
-// mappings, when the page cache holds them in 2 MiB folios: mapped_file.cpp)
-// and anonymous ones (weights read into memory, KV caches). -1 where
-// /proc/self/smaps_rollup cannot be read.
-std::pair<double, double> huge_mapped_mb() {
-  std::ifstream in("/proc/self/smaps_rollup");
-  if (!in) return {-1, -1};
-  double file_kb = 0, anon_kb = 0;
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (in >> key) {
-    if (key == "FilePmdMapped:" && in >> kb >> unit) file_kb = kb;
-    else if (key == "AnonHugePages:" && in >> kb >> unit) anon_kb = kb;
-  }
-  return {file_kb / 1024.0, anon_kb / 1024.0};
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) qhx::fail(p.string(), ": cannot open");
-  try {
-    return json::parse(in);
-  } catch (const std::exception& e) {
-    qhx::fail(p.string(), ": not JSON: ", e.what());
-  }
-}
 
 std::string default_bundle() {
   const char* cache = std::getenv("QHX_CACHE");
@@ -204,50 +166,6 @@ qhx::SamplingParams greedy() {
   s.greedy = true;
   s.temperature = 0.0f;
   return s;
-}
-
-struct Roofline {
-  double read_gbs = 0, fp32_gflops = 0, int8_gops = 0;
-  int threads = 0;
-  json raw;
-};
-
-std::optional<Roofline> load_roofline(const std::string& path) {
-  if (path.empty() || !fs::exists(path)) return std::nullopt;
-  Roofline r;
-  r.raw = read_json(path);
-  // The machine's limit: the better of one thread and all threads (on a busy or
-  // bandwidth-bound machine all threads can measure below one).
-  r.read_gbs = std::max(r.raw.value("read_gbs_all", 0.0), r.raw.value("read_gbs_1t", 0.0));
-  r.fp32_gflops = std::max(r.raw.value("fp32_gflops_all", 0.0), r.raw.value("fp32_gflops_1t", 0.0));
-  r.int8_gops = std::max(r.raw.value("int8_gops_all", 0.0), r.raw.value("int8_gops_1t", 0.0));
-  r.threads = r.raw.value("threads", 0);
-  if (r.read_gbs <= 0 || r.fp32_gflops <= 0) return std::nullopt;
-  return r;
-}
-
-// Draft lengths K whose verification step (K drafts checked in one pass) is timed.
-constexpr std::int64_t kVerifyDrafts[] = {2, 4, 8};
-
-// Expected speed-up of greedy speculation with K drafts over plain decode when each
-// draft is accepted with probability a (independently): a step then emits
-// (1 - a^(K+1)) / (1 - a) tokens at cost step_ms, against one token per plain_ms.
-double speculation_speedup(double a, std::int64_t K, double step_ms, double plain_ms) {
-  const double tokens = a >= 1.0 ? static_cast<double>(K + 1) : (1.0 - std::pow(a, static_cast<double>(K + 1))) / (1.0 - a);
-  return tokens * plain_ms / step_ms;
-}
-
-// Whether a CPU graph of `manifest` multiplies int8 by int8: its weights file
-// stores `probe` as I8 (w8) or U8 (w4) and the entry keeps the default "activations": "int8".
-bool graph_uses_int8(const fs::path& dir, const json& manifest, const std::string& graph, const std::string& probe) {
-  const json& g = manifest.at("graphs").at(graph);
-  // Absent, the key means "int8" from manifest version 2 on, "f32" before (docs/manifest.md).
-  const std::string absent = manifest.value("qhexrt_manifest", 1) >= 2 ? "int8" : "f32";
-  if (g.value("activations", absent) != "int8") return false;
-  const qhx::Checkpoint ck = qhx::Checkpoint::open(dir / g.at("weights").get<std::string>());
-  const qhx::TensorView* t = ck.find(probe);
-  if (t == nullptr) t = ck.find(probe + ".panels");  // a w8 matrix in the panel form (bundle format 2)
-  return t != nullptr && (t->dtype == qhx::DType::I8 || t->dtype == qhx::DType::U8);
 }
 
 }  // namespace
@@ -636,66 +554,7 @@ int main(int argc, char** argv) {
       std::cout << j.dump() << std::endl;
       return 0;
     }
-    const auto frac = [](const json& v) {
-      if (v.is_null()) return std::string("n/a");
-      char b[32];
-      std::snprintf(b, sizeof b, "%.3f", v.get<double>());
-      return std::string(b);
-    };
-    std::printf("qhx_bench: %s (median of %d run%s, %lld decode steps, threads %d, weights %s)\n",
-                j["bundle"].get<std::string>().c_str(), runs, runs == 1 ? "" : "s", static_cast<long long>(decode_steps),
-                threads_used, g_weights_in_memory ? "read into memory" : "mapped");
-    std::printf("  %-34s %10.1f ms   (%lld image tokens, %.1f GFLOP)   fraction of %s peak %s\n", "vision encode 512x512",
-                vis, static_cast<long long>(image_tokens), vision_flops / 1e9, vis_int8 ? "int8" : "fp32",
-                frac(frac_vision).c_str());
-    std::printf("  %-34s %10.2f tok/s (%.1f ms)   fraction of %s peak %s\n", "prefill 320 tokens", prefill_tok_s, pre,
-                llm_int8 ? "int8" : "fp32", frac(frac_prefill).c_str());
-    std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of the bandwidth probed around "
-                "the steps: %s, %lld of %d runs stable)\n",
-                "decode at 512 context", dec512, decode_tok_s, frac(frac_decode).c_str(),
-                frac(j["decode_bw_fraction_adjacent"]).c_str(), static_cast<long long>(j["decode_stable_runs"].get<std::int64_t>()), runs);
-    std::printf("  %-34s %10.2f ms/token (%.2f tok/s)\n", "decode at 1024 context", dec1024, 1000.0 / dec1024);
-    for (const auto& v : verify) {
-      const std::string what = "verify " + std::to_string(v["drafts"].get<std::int64_t>()) + " drafts, 512 context";
-      std::printf("  %-34s %10.2f ms/step (%.2fx a plain step, %.2f ms, run beside it)   speed-up at acceptance 0.5 / "
-                  "0.7 / 0.9: %.2f / %.2f / %.2f\n",
-                  what.c_str(), v["step_ms"].get<double>(), v["cost_vs_plain_step"].get<double>(),
-                  v["plain_step_ms"].get<double>(),
-                  v["speedup_at_acceptance"]["0.5"].get<double>(), v["speedup_at_acceptance"]["0.7"].get<double>(),
-                  v["speedup_at_acceptance"]["0.9"].get<double>());
-    }
-    for (const auto& f : long_figures) {
-      const std::string kv = f["kv_cache"].get<std::string>(), n = std::to_string(f["context"].get<std::int64_t>());
-      std::printf("  %-34s %10.2f tok/s (%.1f ms)\n", ("prefill " + n + " tokens, " + kv + " KV").c_str(),
-                  f["prefill_tok_s"].get<double>(), f["prefill_ms"].get<double>());
-      const std::string around = f["read_gbs_adjacent"].is_null()
-                                     ? std::string("n/a")
-                                     : std::to_string(f["read_gbs_adjacent"].get<double>()).substr(0, 4) + " GB/s";
-      std::printf("  %-34s %10.2f ms/token (%.2f tok/s)   fraction of read bandwidth %s (of %s probed around "
-                  "the steps: %s, %lld of %d runs stable) (weights + %.1f MB of KV); %.3f of its speed at 512 (%.2f ms/token)\n",
-                  ("decode at " + n + " context, " + kv + " KV").c_str(), f["decode_ms_per_token"].get<double>(),
-                  1000.0 / f["decode_ms_per_token"].get<double>(), frac(f["bw_fraction"]).c_str(),
-                  around.c_str(), frac(f["bw_fraction_adjacent"]).c_str(),
-                  static_cast<long long>(f["stable_runs"].get<std::int64_t>()), runs,
-                  f["kv_bytes_per_token"].get<double>() / 1e6, f["speed_vs_512"].get<double>(),
-                  f["decode_ms_per_token_512"].get<double>());
-    }
-    std::printf("  %-34s %10.1f ms\n", "TTFT \"Describe this image.\" 512x512", ttft);
-    std::printf("  %-34s %10.1f ms\n", "load (VLM manifest)", load_ms);
-    std::printf("  %-34s %10.1f MB\n", "peak RSS (caption runs)", j["peak_rss_mb"].get<double>());
-    std::printf("  %-34s %10.1f MB\n", "weight bytes per decoded token", bytes_per_token / 1e6);
-    std::printf("  %-34s %10.1f MB file, %.1f MB anonymous (during decode)\n", "mapped in 2 MiB pages",
-                j["file_pages_2mib_mb"].get<double>(), j["anon_pages_2mib_mb"].get<double>());
-    if (roof)
-      std::printf("  machine (roofline, %d threads): read %.1f GB/s, fp32 %.1f GFLOP/s, int8 %.1f GOP/s (%s)\n",
-                  roof->threads, roof->read_gbs, roof->fp32_gflops, roof->int8_gops,
-                  roof->raw.value("int8_isa", std::string("?")).c_str());
-    else
-      std::printf("  machine limits: n/a (no roofline JSON; scripts/bench.sh measures them)\n");
-    // Fractions of the int8 peak above 1 mean the products ran on a unit the
-    // roofline does not measure (AMX tiles beside its AVX-512 VNNI peak).
-    std::printf("  int8 kernel %s\n", j["int8_kernel"].get<std::string>().c_str());
-    std::printf("  wall time %.1f s\n", wall_s);
+    print_report(j, roof ? roof->raw.value("int8_isa", std::string("?")) : std::string());
   } catch (const std::exception& e) {
     std::cerr << "qhx_bench: error: " << e.what() << std::endl;
     return 1;

@@ -1,206 +1,19 @@
 // The C API: thin wrappers that check arguments, turn exceptions into status
 // codes and translate the versioned C structs to the C++ API (qhexrt/session.hpp).
-#include "qhexrt/qhexrt.h"
-
-#include <algorithm>
+// The option structs and their _init functions are in options.cpp.
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
+#include "capi/versioned_structs.hpp"
 #include "common/utf8.hpp"
-#include "qhexrt/error.hpp"
-#include "qhexrt/pipeline.hpp"
-#include "qhexrt/session.hpp"
-#include "qhexrt/tokenizer.hpp"
 
-struct qhx_tokenizer {
-  qhx::Tokenizer tok;
-};
-
-// Shared ownership: a session keeps its pipeline alive, so bindings whose
-// garbage collector frees objects in any order (ctypes finalizers) are safe.
-struct qhx_pipeline {
-  std::shared_ptr<qhx::Pipeline> pipe;
-  std::string warning;
-};
-
-struct qhx_session {
-  std::shared_ptr<qhx::Pipeline> pipe;  // declared first: destroyed after the session
-  qhx::Session session;
-};
-
-struct qhx_message {
-  qhx::Message msg;
-};
-
-struct qhx_result {
-  qhx::GenerationResult r;
-};
+using namespace qhx::capi;
 
 namespace {
-
-thread_local std::string g_last_error;
-
-int set_error(int status, std::string message) {
-  g_last_error = std::move(message);
-  return status;
-}
-
-int null_argument(const char* function, const char* argument) {
-  return set_error(QHX_ERR_ARGUMENT, qhx::cat(function, ": ", argument, " is NULL"));
-}
-
-// Runs `fn`, mapping any exception to QHX_ERR with the function's name and the message.
-template <typename Fn>
-int guarded(const char* function, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return set_error(QHX_ERR, qhx::cat(function, ": ", e.what()));
-  } catch (...) {
-    return set_error(QHX_ERR, qhx::cat(function, ": unknown error"));
-  }
-}
-
-// The size of a versioned struct in API version 2: the end of its last v2
-// field. Fields appended by later versions must not move this.
-constexpr std::size_t kPipelineOptionsV2 = offsetof(qhx_pipeline_options, threads) + sizeof(int32_t);
-constexpr std::size_t kGenerationOptionsV2 = offsetof(qhx_generation_options, keep_step_logits) + sizeof(int);
-constexpr std::size_t kTimingsV2 = offsetof(qhx_timings, decode_steps) + sizeof(int64_t);
-constexpr std::size_t kImageCacheStatsV2 = offsetof(qhx_image_cache_stats, capacity_bytes) + sizeof(int64_t);
-// A version 3 field is honoured only if the caller's struct_size reaches its end.
-constexpr std::size_t kGenerationOptionsV3 = offsetof(qhx_generation_options, frequency_penalty) + sizeof(float);
-constexpr std::size_t kGenerationOptionsV4 = offsetof(qhx_generation_options, speculate) + sizeof(int32_t);
-// The structs of API version 5, the last whose headers declared qhx_*_init as
-// functions: what those exported symbols fill, whatever the library's structs
-// grow to (a program built against such a header has a struct of at most this
-// size). API 6 appended no field; a later version that appends one to a struct
-// writes its V5 size here as the offset of that field (with the padding before it).
-constexpr std::size_t kPipelineOptionsV5 = sizeof(qhx_pipeline_options);
-constexpr std::size_t kGenerationOptionsV5 = sizeof(qhx_generation_options);
-constexpr std::size_t kTimingsV5 = sizeof(qhx_timings);
-constexpr std::size_t kImageCacheStatsV5 = sizeof(qhx_image_cache_stats);
-
-// Checks a caller's struct_size against the v2 minimum.
-template <typename T>
-int check_struct_size(const T* s, std::size_t v2_size, const char* function, const char* argument,
-                      const char* type) {
-  if (s->struct_size < v2_size)
-    return set_error(QHX_ERR_ARGUMENT,
-                     qhx::cat(function, ": ", argument, "->struct_size is ", s->struct_size, ", below the ", v2_size,
-                              " bytes of API version 2's ", type, " (set it to sizeof(", type, "), or call the ",
-                              type, "'s _init function)"));
-  return QHX_OK;
-}
-
-// Reads a caller's versioned input struct: the defaults, overwritten by the
-// fields that fit in the caller's struct_size (an older, shorter struct keeps
-// the defaults of the fields it does not have; a longer one's tail is ignored).
-template <typename T>
-void read_versioned(const T* in, T& out) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  std::memcpy(&out, in, std::min(in->struct_size, sizeof(T)));
-  out.struct_size = sizeof(T);
-}
-
-// Writes a versioned output struct: only the fields that fit in the caller's struct_size.
-template <typename T>
-void write_versioned(const T& in, T* out) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  const std::size_t caller_size = out->struct_size;
-  std::memcpy(out, &in, std::min(caller_size, sizeof(T)));
-  out->struct_size = caller_size;
-}
-
-// qhx_*_init_sized: the defaults into the caller's struct_size bytes (its tail
-// past the library's struct zeroed), struct_size set to the caller's.
-template <typename T>
-int init_sized(T* s, std::size_t struct_size, std::size_t v2_size, const T& defaults, const char* function,
-               const char* argument, const char* type) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  if (s == nullptr) return null_argument(function, argument);
-  if (struct_size < v2_size)
-    return set_error(QHX_ERR_ARGUMENT, qhx::cat(function, ": struct_size is ", struct_size, ", below the ", v2_size,
-                                                " bytes of API version 2's ", type, " (pass sizeof(", type, "))"));
-  std::memcpy(s, &defaults, std::min(struct_size, sizeof(T)));
-  if (struct_size > sizeof(T)) std::memset(reinterpret_cast<char*>(s) + sizeof(T), 0, struct_size - sizeof(T));
-  s->struct_size = struct_size;
-  return QHX_OK;
-}
-
-qhx_pipeline_options default_pipeline_options() {
-  qhx_pipeline_options o{};
-  o.struct_size = sizeof o;
-  o.image_cache_mb = -1;
-  o.want_images = 0;  // as the C++ default: a bundle's text manifest if it has one
-  o.threads = 0;
-  o.weights_in_memory = 0;
-  return o;
-}
-
-qhx_generation_options default_generation_options() {
-  qhx_generation_options o{};
-  o.struct_size = sizeof o;
-  o.max_new_tokens = 0;
-  o.use_manifest_sampling = 1;
-  const qhx::SamplingParams s;  // the C++ defaults are HF's neutral values
-  o.greedy = s.greedy ? 1 : 0;
-  o.temperature = s.temperature;
-  o.top_k = s.top_k;
-  o.top_p = s.top_p;
-  o.min_p = s.min_p;
-  o.repetition_penalty = s.repetition_penalty;
-  o.presence_penalty = s.presence_penalty;
-  o.seed = s.seed;
-  o.frequency_penalty = s.frequency_penalty;
-  return o;
-}
-
-// The C++ options of a (checked) C options struct.
-qhx::GenerationOptions to_cpp(const qhx_generation_options& o) {
-  qhx::GenerationOptions g;
-  if (o.max_new_tokens > 0) g.max_new_tokens = o.max_new_tokens;
-  if (o.use_manifest_sampling == 0) {
-    qhx::SamplingParams s;
-    s.greedy = o.greedy != 0;
-    s.temperature = o.temperature;
-    s.top_k = o.top_k;
-    s.top_p = o.top_p;
-    s.min_p = o.min_p;
-    s.repetition_penalty = o.repetition_penalty;
-    s.presence_penalty = o.presence_penalty;
-    s.seed = o.seed;
-    s.frequency_penalty = o.frequency_penalty;  // the default 0 from a version 2 caller's struct
-    g.sampling = s;
-  }
-  for (std::size_t i = 0; i < o.n_stop; ++i) g.stop.emplace_back(o.stop[i]);  // checked by answer()
-  if (o.resize != nullptr) g.resize = o.resize;
-  if (o.on_text != nullptr) {
-    const qhx_stream_callback cb = o.on_text;
-    void* user = o.user;
-    g.on_text = [cb, user](std::string_view text) { return cb(text.data(), text.size(), user) == 0; };
-  }
-  g.keep_step_logits = o.keep_step_logits != 0;
-  g.speculate = o.speculate;  // the default 0 from an older caller's struct; checked by the pipeline
-  return g;
-}
-
-// Options of qhx_session_send / _respond: NULL means the defaults.
-int read_generation_options(const qhx_generation_options* in, qhx_generation_options& out, const char* function) {
-  out = default_generation_options();
-  if (in == nullptr) return QHX_OK;
-  if (const int st = check_struct_size(in, kGenerationOptionsV2, function, "options", "qhx_generation_options");
-      st != QHX_OK)
-    return st;
-  read_versioned(in, out);
-  // A version 3 struct ends inside version 4's filler, or a stray size inside its field: not the caller's.
-  if (in->struct_size < kGenerationOptionsV4) out.speculate = 0;
-  return QHX_OK;
-}
 
 int answer(qhx_session* session, std::vector<qhx::Message> messages, bool append,
            const qhx_generation_options* options, qhx_result** out, const char* function) {
@@ -217,12 +30,6 @@ int answer(qhx_session* session, std::vector<qhx::Message> messages, bool append
     *out = result.release();
     return QHX_OK;
   });
-}
-
-int text_out(const std::string& s, const char** text, std::size_t* len) {
-  *text = s.c_str();
-  if (len != nullptr) *len = s.size();
-  return QHX_OK;
 }
 
 }  // namespace
@@ -295,17 +102,6 @@ int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_
 
 /* ---- pipelines ---- */
 
-int qhx_pipeline_options_init_sized(qhx_pipeline_options* options, size_t struct_size) {
-  return init_sized(options, struct_size, kPipelineOptionsV2, default_pipeline_options(),
-                    "qhx_pipeline_options_init_sized", "options", "qhx_pipeline_options");
-}
-
-// The parentheses keep the header's qhx_*_init macros off these definitions.
-int(qhx_pipeline_options_init)(qhx_pipeline_options* options) {
-  if (options == nullptr) return null_argument("qhx_pipeline_options_init", "options");
-  return qhx_pipeline_options_init_sized(options, kPipelineOptionsV5);
-}
-
 int qhx_pipeline_open2(const char* path, const qhx_pipeline_options* options, qhx_pipeline** out) {
   constexpr const char* fn = "qhx_pipeline_open2";
   if (out == nullptr) return null_argument(fn, "out");
@@ -352,16 +148,6 @@ int qhx_pipeline_takes_images(const qhx_pipeline* pipe, int* takes_images) {
   if (takes_images == nullptr) return null_argument("qhx_pipeline_takes_images", "takes_images");
   *takes_images = pipe->pipe->takes_images() ? 1 : 0;
   return QHX_OK;
-}
-
-int qhx_image_cache_stats_init_sized(qhx_image_cache_stats* stats, size_t struct_size) {
-  return init_sized(stats, struct_size, kImageCacheStatsV2, qhx_image_cache_stats{}, "qhx_image_cache_stats_init_sized",
-                    "stats", "qhx_image_cache_stats");
-}
-
-int(qhx_image_cache_stats_init)(qhx_image_cache_stats* stats) {
-  if (stats == nullptr) return null_argument("qhx_image_cache_stats_init", "stats");
-  return qhx_image_cache_stats_init_sized(stats, kImageCacheStatsV5);
 }
 
 int qhx_pipeline_image_cache_stats(const qhx_pipeline* pipe, qhx_image_cache_stats* stats) {
@@ -515,50 +301,6 @@ int qhx_message_part(const qhx_message* msg, size_t index, int* kind, const char
 }
 
 /* ---- generation options and results ---- */
-
-int qhx_generation_options_init_sized(qhx_generation_options* options, size_t struct_size) {
-  return init_sized(options, struct_size, kGenerationOptionsV2, default_generation_options(),
-                    "qhx_generation_options_init_sized", "options", "qhx_generation_options");
-}
-
-int(qhx_generation_options_init)(qhx_generation_options* options) {
-  if (options == nullptr) return null_argument("qhx_generation_options_init", "options");
-  return qhx_generation_options_init_sized(options, kGenerationOptionsV5);
-}
-
-int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_options* options) {
-  constexpr const char* fn = "qhx_pipeline_default_sampling";
-  if (pipe == nullptr) return null_argument(fn, "pipe");
-  if (options == nullptr) return null_argument(fn, "options");
-  if (const int st = check_struct_size(options, kGenerationOptionsV2, fn, "options", "qhx_generation_options");
-      st != QHX_OK)
-    return st;
-  return guarded(fn, [&]() -> int {
-    // The version 2 fields lie inside any accepted struct_size; frequency_penalty is checked.
-    const qhx::SamplingParams& s = pipe->pipe->default_sampling();
-    options->use_manifest_sampling = 0;
-    options->greedy = s.greedy ? 1 : 0;
-    options->temperature = s.temperature;
-    options->top_k = s.top_k;
-    options->top_p = s.top_p;
-    options->min_p = s.min_p;
-    options->repetition_penalty = s.repetition_penalty;
-    options->presence_penalty = s.presence_penalty;
-    options->seed = s.seed;
-    if (options->struct_size >= kGenerationOptionsV3) options->frequency_penalty = s.frequency_penalty;
-    return QHX_OK;
-  });
-}
-
-int qhx_timings_init_sized(qhx_timings* timings, size_t struct_size) {
-  return init_sized(timings, struct_size, kTimingsV2, qhx_timings{}, "qhx_timings_init_sized", "timings",
-                    "qhx_timings");
-}
-
-int(qhx_timings_init)(qhx_timings* timings) {
-  if (timings == nullptr) return null_argument("qhx_timings_init", "timings");
-  return qhx_timings_init_sized(timings, kTimingsV5);
-}
 
 void qhx_result_free(qhx_result* result) { delete result; }
 
