@@ -377,13 +377,13 @@ int main(int argc, char** argv) {
           const bool at512 = ctx_len == 512;  // only decode at 512 is compared with the probes
           const auto res = probed_decode(*p, prompt, forced, at512);
           (at512 ? d512 : d1024).push_back(res.decode_ms);
-          huge_pages = huge_mapped_mb();  // while the decoder's weights are open
           if (at512 && res.stable()) d512_adjacent.push_back(bytes_per_token / (res.decode_ms / 1000.0) / (res.bw() * 1e9));
           log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
               std::to_string(res.prefill_ms) + " ms, decode " + std::to_string(res.decode_ms) + " ms/token" +
               (at512 ? "; " + probes_text(res) : std::string()));
         }
       }
+      huge_pages = huge_mapped_mb();  // while the decoder's weights are open and streamed
       // Verification steps at 512 context: with the forced tokens as the drafts every draft is
       // accepted, so each step verifies K drafts in one (K + 1)-row pass (speculation's cost).
       // Each run measures a plain step and then every K back to back, and a cost is the median

@@ -47,7 +47,8 @@ void* map_aligned(int fd, std::size_t size) {
     return MAP_FAILED;
   }
   if (at > base) ::munmap(reserved, at - base);
-  const std::uintptr_t end = at + (size + 4095) / 4096 * 4096, reserved_end = base + size + kHuge;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t end = at + (size + page - 1) / page * page, reserved_end = base + size + kHuge;
   if (reserved_end > end) ::munmap(reinterpret_cast<void*>(end), reserved_end - end);
 #ifdef MADV_HUGEPAGE
   ::madvise(p, size, MADV_HUGEPAGE);  // advisory: without it the mapping is the same, in 4 KiB pages

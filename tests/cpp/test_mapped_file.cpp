@@ -47,12 +47,17 @@ void truncate_to(const fs::path& p, std::size_t bytes) { ASSERT_EQ(::truncate(p.
 // A read the compiler must perform (the page is gone: this is where SIGBUS comes from).
 unsigned char read_byte(const std::byte* p) { return static_cast<unsigned char>(*static_cast<const volatile std::byte*>(p)); }
 
-TEST(MappedFileInMemory, ReadsTheWholeFileInto2MiBAlignedMemory) {
-  TempDir dir;
-  // Over 2 MiB and not a whole number of them, with every byte telling its position,
-  // so a slice read to the wrong place or a short last slice shows.
+// Over 2 MiB and not a whole number of them, with every byte telling its position,
+// so a slice read or mapped to the wrong place, or a short last slice, shows.
+std::string position_coded() {
   std::string bytes(5 * (std::size_t{1} << 20) + 123, '\0');
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  return bytes;
+}
+
+TEST(MappedFileInMemory, ReadsTheWholeFileInto2MiBAlignedMemory) {
+  TempDir dir;
+  const std::string bytes = position_coded();
   const fs::path p = dir.write("weights.bin", bytes);
   const MappedFile f(p, /*in_memory=*/true);
   ASSERT_EQ(f.size(), bytes.size());
@@ -95,8 +100,7 @@ TEST(MappedFileGuard, TruncatedFileReadsZerosAndNamesTheFile) {
 // works as for any mapping, and unmapping returns the whole range.
 TEST(MappedFileGuard, LargeFilesMapAt2MiBAlignedAddresses) {
   TempDir dir;
-  std::string bytes(5 * (std::size_t{1} << 20) + 123, '\0');
-  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::string bytes = position_coded();
   const fs::path p = dir.write("weights.bin", bytes);
   std::optional<MappedFile> f(std::in_place, p);
   ASSERT_EQ(f->size(), bytes.size());

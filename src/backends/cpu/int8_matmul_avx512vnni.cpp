@@ -19,7 +19,6 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -71,17 +70,14 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
   }
 }
 
-// Rows [i0, i0 + MR) of panels [p, p + NR) (MR × NR <= 24, NR <= 4): the full
-// 8 × 3 tile, where prefill and the vision encoder spend their time, the 6 × 4
-// tile for runs of 3k + 1 panels (int8 attention's P·V at head size 64 is 4
-// panels: 8 × 3 plus 8 × 1 loaded the activations twice for a quarter of its
-// products), and the edge tiles beside them. Written with named accumulators
-// (those a shape does not use are never touched, and vanish) and
-// one-instruction asm: GCC 12 compiles _mm512_dpbusd_epi32 on an array of
-// loop-carried accumulators with a register copy before each vpdpbusd, and for
-// tile<8, 2> with stack spills in the loop. The accumulators start at
-// −128 · Σ_k qw (the offset activations' excess), so the epilogue has one
-// integer subtraction less per output.
+// Rows [i0, i0 + MR) of panels [p, p + NR) (MR <= 8, NR <= 3): the full 8 × 3
+// tile, where prefill and the vision encoder spend their time, and the edge
+// tiles beside it. Written with 24 named accumulators (those a shape does not
+// use are never touched, and vanish) and one-instruction asm: GCC 12 compiles
+// _mm512_dpbusd_epi32 on an array of loop-carried accumulators with a register
+// copy before each vpdpbusd, and for tile<8, 2> with stack spills in the loop.
+// The accumulators start at −128 · Σ_k qw (the offset activations' excess), so
+// the epilogue has one integer subtraction less per output.
 #define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
 #define QHX_ROW(i)                                          \
   if constexpr (MR > (i)) {                                 \
@@ -91,13 +87,12 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
     QHX_DP(c##i##0, a, b0v);                                \
     if constexpr (NR > 1) QHX_DP(c##i##1, a, b1v);          \
     if constexpr (NR > 2) QHX_DP(c##i##2, a, b2v);          \
-    if constexpr (NR > 3) QHX_DP(c##i##3, a, b3v);          \
   }
 
 template <int MR, int NR>
 void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const PackedI8& w, const float* bias, float* y,
           std::int64_t ldy, std::int64_t p, std::int64_t i0) {
-  static_assert(MR >= 1 && MR <= 8 && NR >= 1 && NR <= 4 && MR * NR <= 24);
+  static_assert(MR >= 1 && MR <= 8 && NR >= 1 && NR <= 3);
   const std::int64_t k4 = w.k4;
   const std::int64_t pstride = k4 * kP * 4;
   const std::int8_t* bp = w.data.get() + p * pstride;
@@ -107,17 +102,15 @@ void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const Packed
     return j < NR ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_load_si512(sums + j * kP), 7))
                   : _mm512_setzero_si512();
   };
-  const __m512i s0 = start(0), s1 = start(1), s2 = start(2), s3 = start(3);
-  __m512i c00 = s0, c01 = s1, c02 = s2, c03 = s3, c10 = s0, c11 = s1, c12 = s2, c13 = s3;
-  __m512i c20 = s0, c21 = s1, c22 = s2, c23 = s3, c30 = s0, c31 = s1, c32 = s2, c33 = s3;
-  __m512i c40 = s0, c41 = s1, c42 = s2, c43 = s3, c50 = s0, c51 = s1, c52 = s2, c53 = s3;
-  __m512i c60 = s0, c61 = s1, c62 = s2, c63 = s3, c70 = s0, c71 = s1, c72 = s2, c73 = s3;
+  const __m512i s0 = start(0), s1 = start(1), s2 = start(2);
+  __m512i c00 = s0, c01 = s1, c02 = s2, c10 = s0, c11 = s1, c12 = s2, c20 = s0, c21 = s1, c22 = s2;
+  __m512i c30 = s0, c31 = s1, c32 = s2, c40 = s0, c41 = s1, c42 = s2, c50 = s0, c51 = s1, c52 = s2;
+  __m512i c60 = s0, c61 = s1, c62 = s2, c70 = s0, c71 = s1, c72 = s2;
   for (std::int64_t g = 0; g < k4; ++g) {
     const __m512i b0v = _mm512_load_si512(bp + g * kP * 4);
-    __m512i b1v = s0, b2v = s0, b3v = s0;
+    __m512i b1v = s0, b2v = s0;
     if constexpr (NR > 1) b1v = _mm512_load_si512(bp + pstride + g * kP * 4);
     if constexpr (NR > 2) b2v = _mm512_load_si512(bp + 2 * pstride + g * kP * 4);
-    if constexpr (NR > 3) b3v = _mm512_load_si512(bp + 3 * pstride + g * kP * 4);
     QHX_ROW(0)
     QHX_ROW(1)
     QHX_ROW(2)
@@ -127,9 +120,8 @@ void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const Packed
     QHX_ROW(6)
     QHX_ROW(7)
   }
-  const __m512i all[8][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
-                             {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53},
-                             {c60, c61, c62, c63}, {c70, c71, c72, c73}};
+  const __m512i all[8][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
+                             {c40, c41, c42}, {c50, c51, c52}, {c60, c61, c62}, {c70, c71, c72}};
   __m512i acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = all[i][j];
@@ -358,8 +350,6 @@ struct Row {
 
 constexpr const TileFn* kTiles[kMaxMR] = {Row<1>::fns, Row<2>::fns, Row<3>::fns, Row<4>::fns,
                                           Row<5>::fns, Row<6>::fns, Row<7>::fns, Row<8>::fns};
-// Four panels wide: rows in steps of 6.
-constexpr TileFn kTiles4[6] = {tile<1, 4>, tile<2, 4>, tile<3, 4>, tile<4, 4>, tile<5, 4>, tile<6, 4>};
 
 void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
           const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
@@ -367,15 +357,10 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
     for (std::int64_t p = p0; p < p1; ++p) panel_m1(q, sx, w, bias, y, p);
     return;
   }
-  // A run of 3k + 1 panels: its last 4 as 6 × 4 tiles (one activation load per
-  // 4 panels, not 8 × 3 and then 8 × 1).
-  const std::int64_t p3 = (p1 - p0) % kMaxNR == 1 && p1 - p0 >= 4 ? p1 - 4 : p1;
-  for_each_tile(m, p0, p3, w.k4 * kP * 4, kMaxMR, kMaxNR,
+  for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
     kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
   });
-  if (p3 < p1)
-    for (std::int64_t i0 = 0; i0 < m; i0 += 6) kTiles4[std::min<std::int64_t>(6, m - i0) - 1](q, ldq, sx, w, bias, y, ldy, p3, i0);
 }
 
 // ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
