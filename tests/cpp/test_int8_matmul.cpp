@@ -17,6 +17,7 @@
 #include "backends/cpu/kernels_fast.hpp"
 #include "backends/cpu/kernels_ref.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "block_step_check.hpp"
 
 namespace qhx::cpu {
 namespace {
@@ -25,12 +26,14 @@ struct Case {
   int m, n, k;
 };
 
-// The last five are AMX tile shapes (columns a multiple of 64, 16 rows or more):
+// The last six are AMX tile shapes (columns a multiple of 64, 16 rows or more):
 // 2 x 2, 2 x 1, 1 x 2 and 1 x 1 blocks of 16 x 16 tiles, partial panels, rows
-// past the last whole 16 (which take the VNNI code) and a long sum.
+// past the last whole 16 (which take the VNNI code), a long sum, and more rows
+// than linear_then's blocks of 64.
 const Case kCases[] = {{1, 1, 1},    {1, 16, 64},   {2, 17, 3},    {3, 33, 7},     {5, 50, 130},
                        {8, 48, 96},  {9, 49, 101},  {17, 5, 256},  {1, 100, 2048}, {20, 70, 36},
-                       {16, 16, 64}, {48, 40, 128}, {37, 33, 192}, {64, 64, 1024}, {33, 100, 320}};
+                       {16, 16, 64}, {48, 40, 128}, {37, 33, 192}, {64, 64, 1024}, {33, 100, 320},
+                       {130, 50, 192}};
 
 struct Data {
   std::vector<float> x, b, sw;
@@ -99,9 +102,13 @@ void expect_packed_kernels_match(const WeightMatrix& w, const std::vector<float>
       const auto packed = pack_i8(w, *k);
       std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
       linear_i8_packed(x.data(), c.m, *packed, bias ? b.data() : nullptr, y.data());
-      expect_bitwise(y, want, std::string(k->name) + " " + what + " " + std::to_string(c.m) + "x" +
-                                  std::to_string(c.n) + "x" + std::to_string(c.k) + " threads " +
-                                  std::to_string(num_threads()));
+      const std::string name = std::string(k->name) + " " + what + " " + std::to_string(c.m) + "x" +
+                               std::to_string(c.n) + "x" + std::to_string(c.k) + " threads " +
+                               std::to_string(num_threads());
+      expect_bitwise(y, want, name);
+      expect_step_sees_final_blocks(c.m, c.n, want, [&](float* out, BlockStep step) {
+        linear_i8_packed(x.data(), c.m, *packed, bias ? b.data() : nullptr, out, &step);
+      }, name + " with a step");
     }
   }
 }
@@ -116,6 +123,9 @@ void expect_kernel_sets_match(WeightMatrix w, const std::vector<float>& x, const
     std::vector<float> y(want.size());
     ks->linear(x.data(), c.m, w, b.data(), y.data());
     expect_bitwise(y, want, std::string(ks->name) + " " + what);
+    expect_step_sees_final_blocks(c.m, c.n, want, [&](float* out, BlockStep step) {
+      ks->linear_then(x.data(), c.m, w, b.data(), out, step);
+    }, std::string(ks->name) + " " + what + " linear_then");
   }
 }
 
@@ -252,7 +262,8 @@ std::vector<float> contract_w4(const DataW4& d, const Case& c, bool bias) {
 }
 
 const Case kW4Cases[] = {{1, 1, 32},   {1, 16, 64},   {3, 33, 32},  {5, 50, 128}, {8, 48, 96},
-                         {9, 49, 160}, {17, 5, 256},  {1, 100, 2048}, {4, 70, 64}};
+                         {9, 49, 160}, {17, 5, 256},  {1, 100, 2048}, {4, 70, 64},
+                         {70, 40, 64}};
 
 TEST(Int8MatmulW4, ReferenceFollowsTheContract) {
   std::mt19937 rng(23);

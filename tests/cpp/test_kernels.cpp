@@ -16,6 +16,7 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/kernels_fast.hpp"
 #include "backends/cpu/kv_cache_i8.hpp"
+#include "block_step_check.hpp"
 #include "common/half.hpp"
 #include "formats/quantize.hpp"
 #include "qhexrt/error.hpp"
@@ -120,6 +121,25 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
     k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, nullptr, y.data());
     for (std::size_t j = 0; j < want.size(); ++j) want[j] -= b[j % static_cast<std::size_t>(n)];
     expect_close(y, want, 1e-5, 1e-5);
+  }
+}
+
+// linear_then: the product of linear, each block handed to the step once, when final.
+TEST_P(Kernels, LinearThenStepsOverFinishedBlocks) {
+  for (const auto& [m, n, kk] : {std::tuple{1, 7, 13}, {3, 300, 64}, {70, 33, 96}}) {
+    const auto x = random(static_cast<std::size_t>(m * kk));
+    const auto w = random(static_cast<std::size_t>(n * kk));
+    const auto b = random(static_cast<std::size_t>(n));
+    std::vector<WeightMatrix> ws{WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}};
+    const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, kk % 32 == 0 ? WeightFormat::W4 : WeightFormat::W8);
+    if (kk % 32 == 0) ws.push_back(WeightMatrix::w4(q.data.data(), q.scales.data(), n, kk));
+    for (const WeightMatrix& wm : ws) {
+      std::vector<float> want(static_cast<std::size_t>(m * n));
+      k().linear(x.data(), m, wm, b.data(), want.data());
+      expect_step_sees_final_blocks(m, n, want, [&](float* out, BlockStep step) {
+        k().linear_then(x.data(), m, wm, b.data(), out, step);
+      }, std::string(weight_format_name(wm)) + " " + std::to_string(m) + "x" + std::to_string(n));
+    }
   }
 }
 

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/block_step.hpp"
 #include "backends/cpu/weights.hpp"
 
 namespace qhx::cpu {
@@ -143,8 +144,10 @@ void shape_i8(std::int64_t rows, std::int64_t cols, const Int8Kernel& kernel, Pa
 // of every head into the same buffers).
 void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out);
 
-// y [m, w.rows] by the contract, on the thread pool, through w's kernel.
-void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y);
+// y [m, w.rows] by the contract, on the thread pool, through w's kernel; with
+// a step, step.run on each block right after it is computed (KernelSet::linear_then).
+void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y,
+                      const BlockStep* step = nullptr);
 
 // The loop order every packed kernel uses for m > 1: panels [p0, p1) in blocks
 // of about 256 KiB (a block stays in L2 while all activation rows pass over it),

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string_view>
 
+#include "backends/cpu/block_step.hpp"
 #include "backends/cpu/weights.hpp"
 
 namespace qhx::cpu {
@@ -14,6 +15,11 @@ namespace qhx::cpu {
 struct KernelSet {
   std::string_view name;  // "reference", ...
   void (*linear)(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y);
+  // `linear`, then step.run on blocks that together cover the output [m, w.rows)
+  // once each, every block after its own outputs are written (blocks may run at
+  // once on different threads; step must only touch its own block).
+  void (*linear_then)(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                      BlockStep step);
   void (*rms_norm)(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y);
   void (*layer_norm)(const float* x, const float* w, const float* b, std::int64_t rows, std::int64_t n, float eps,
                      float* y);

@@ -394,14 +394,15 @@ const float* permute_for_w4(const float* x, std::int64_t m, std::int64_t cols) {
   return buf.data();
 }
 
-}  // namespace
-
-void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+void linear_with(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                 const BlockStep* step) {
   if (w.int8_activations) {
-    if (w.packed != nullptr && w.packed->rows == w.rows && w.packed->cols == w.cols)
-      linear_i8_packed(x, m, *w.packed, bias, y);
-    else
+    if (w.packed != nullptr && w.packed->rows == w.rows && w.packed->cols == w.cols) {
+      linear_i8_packed(x, m, *w.packed, bias, y, step);
+    } else {
       ref::linear(x, m, w, bias, y);  // not packed (or not w8): the contract, and its errors
+      if (step != nullptr) step->run(step->ctx, 0, m, 0, w.rows);
+    }
     return;
   }
   const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 ||
@@ -409,12 +410,25 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   // (A panel-form matrix reaches here only unprepared: prepare() gives f32 activations rows.)
   if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0) || w.panel_form) {
     ref::linear(x, m, w, bias, y);  // reports the bad matrix as the reference does
+    if (step != nullptr) step->run(step->ctx, 0, m, 0, w.rows);
     return;
   }
   const float* xs = w.dtype == DType::U8 ? permute_for_w4(x, m, w.cols) : x;
   parallel_for(w.rows, grain_for(m * w.cols), [&](std::int64_t b, std::int64_t e) {
     HWY_DYNAMIC_DISPATCH(LinearRows)(xs, m, w, bias, y, b, e);
+    if (step != nullptr) step->run(step->ctx, 0, m, b, e);
   });
+}
+
+}  // namespace
+
+void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  linear_with(x, m, w, bias, y, nullptr);
+}
+
+void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                 BlockStep step) {
+  linear_with(x, m, w, bias, y, &step);
 }
 
 void attention_i8(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
@@ -483,7 +497,7 @@ std::int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(CompiledTarget)()
 }  // namespace fast
 
 const KernelSet& fast_kernels() {
-  static const KernelSet k{"fast",          fast::linear,      fast::rms_norm,  fast::layer_norm,
+  static const KernelSet k{"fast",          fast::linear,      fast::linear_then, fast::rms_norm,  fast::layer_norm,
                            fast::silu_mul,  fast::gelu_tanh,   fast::gelu_erf,  fast::add_inplace,
                            fast::rope_rotate_half, fast::attention, fast::attention_f16kv, fast::to_f16, fast::attention_i8kv,
                            fast::attention_i8, ref::gather_rows,

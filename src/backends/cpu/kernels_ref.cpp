@@ -143,6 +143,12 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   }
 }
 
+void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                 BlockStep step) {
+  linear(x, m, w, bias, y);
+  step.run(step.ctx, 0, m, 0, w.rows);
+}
+
 void rms_norm(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
@@ -313,7 +319,7 @@ void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, 
 namespace qhx::cpu {
 
 const KernelSet& reference_kernels() {
-  static const KernelSet k{"reference",      ref::linear,      ref::rms_norm,  ref::layer_norm,
+  static const KernelSet k{"reference",      ref::linear,      ref::linear_then, ref::rms_norm,  ref::layer_norm,
                            ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
                            ref::rope_rotate_half, ref::attention, ref::attention_f16kv, ref::to_f16, ref::attention_i8kv,
                            attention_i8_reference, ref::gather_rows,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backends/cpu/block_step.hpp"
 #include "backends/cpu/weights.hpp"
 
 namespace qhx::cpu::ref {
@@ -14,6 +15,9 @@ namespace qhx::cpu::ref {
 // y[m, w.rows] = x[m, w.cols] · wᵀ (+ bias[w.rows] if not null); for a w8
 // matrix with int8_activations, the int8 contract of int8_matmul.hpp.
 void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y);
+// linear, then step over the whole output at once.
+void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                 BlockStep step);
 
 // y[r, :] = w ⊙ x[r, :] / sqrt(mean(x[r, :]²) + eps), for each of `rows` rows of n.
 void rms_norm(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y);
