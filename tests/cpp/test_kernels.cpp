@@ -126,7 +126,8 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
 
 // linear_then: the product of linear, each block handed to the step once, when final.
 TEST_P(Kernels, LinearThenStepsOverFinishedBlocks) {
-  for (const auto& [m, n, kk] : {std::tuple{1, 7, 13}, {3, 300, 64}, {70, 33, 96}}) {
+  for (const auto& [m_, n_, k_] : {std::tuple{1, 7, 13}, {3, 300, 64}, {70, 33, 96}}) {
+    const int m = m_, n = n_, kk = k_;  // (clang 14's lambdas do not capture structured bindings)
     const auto x = random(static_cast<std::size_t>(m * kk));
     const auto w = random(static_cast<std::size_t>(n * kk));
     const auto b = random(static_cast<std::size_t>(n));
