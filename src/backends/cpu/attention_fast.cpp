@@ -358,9 +358,14 @@ void AttentionGroupsT(const float* q, const Rows& k, const Rows& v, std::int64_t
                       std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out,
                       std::int64_t b, std::int64_t e, float* p) {
   const std::int64_t group = hq / hkv;
-  const bool prefetch = t == 1;
   for (std::int64_t task = b; task < e; ++task) {
-    const std::int64_t i = task / hkv, kvh = task % hkv;
+    // KV head first, then query: the queries of one head follow each other and
+    // find its rows in L2 after the first (a verify step's few queries used to
+    // stream every head's rows from memory once per query). The first query of
+    // a head fetches ahead when the call is decode-sized; in a long prefill the
+    // rows are mostly in cache already and the fetches only cost.
+    const std::int64_t kvh = task / t, i = task % t;
+    const bool prefetch = i == 0 && t <= 16;
     std::int64_t g = 0;
     for (; g + 2 <= group; g += 2)
       AttentionGroupOfWidth<2>(q, k, v, n, hq, hkv, d, start, scale, causal, out, i, kvh * group + g, p, prefetch);
