@@ -68,6 +68,14 @@ class VisionEncoder final : public Delegate {
   } s_;
 };
 
+// A linear_then step that applies act (an elementwise kernel of the set) in
+// place to each block of y [rows, ld].
+auto in_place(void (*act)(const float*, std::int64_t, float*), float* y, std::int64_t ld) {
+  return [=](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t i = r0; i < r1; ++i) act(y + i * ld + c0, c1 - c0, y + i * ld + c0);
+  };
+}
+
 void grow(std::vector<float>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
 }
@@ -133,9 +141,7 @@ void VisionEncoder::merge(const Merger& mg, const float* x, std::int64_t n, floa
     k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), groups, grouped, 1e-6f, normed);
   else
     k_->layer_norm(x, mg.norm_w.data(), mg.norm_b.data(), n, h, 1e-6f, normed);
-  auto gelu = [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-    for (std::int64_t i = r0; i < r1; ++i) k_->gelu_erf(mid + i * grouped + c0, c1 - c0, mid + i * grouped + c0);
-  };
+  auto gelu = in_place(k_->gelu_erf, mid, grouped);
   k_->linear_then(normed, groups, mg.fc1.w, mg.fc1.bias_or_null(), mid, cpu::block_step(gelu));
   k_->linear(mid, groups, mg.fc2.w, mg.fc2.bias_or_null(), out);
 }
@@ -175,10 +181,7 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
   float *v = s_.v.data(), *attn = s_.attn.data(), *tmp = s_.tmp.data(), *mlp = s_.mlp.data();
   const std::int64_t heads = cfg_.num_heads, hd = head_dim_;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const std::int64_t inter = cfg_.intermediate_size;
-  auto gelu = [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {  // mlp = gelu(mlp) there
-    for (std::int64_t i = r0; i < r1; ++i) k_->gelu_tanh(mlp + i * inter + c0, c1 - c0, mlp + i * inter + c0);
-  };
+  auto gelu = in_place(k_->gelu_tanh, mlp, cfg_.intermediate_size);
   std::size_t tap = 0;
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
     const Block& B = blocks_[b];
@@ -206,11 +209,11 @@ void VisionEncoder::execute(std::span<const TensorRef> in, std::span<const Tenso
         k_->attention(q + off, kk + off, v + off, len, len, heads, heads, hd, 0, scale, /*causal=*/false, attn + off);
       s += len;
     }
-    // fc1's GELU runs on each block of its output while the block is in cache
-    // (linear_then), not as a pass of its own.
     k_->linear(attn, n, B.proj.w, B.proj.bias_or_null(), tmp);
     k_->add_inplace(x, tmp, n * h);
     k_->layer_norm(x, B.norm2_w.data(), B.norm2_b.data(), n, h, 1e-6f, normed);
+    // fc1's GELU runs on each block of its output while the block is in cache
+    // (linear_then), not as a pass of its own.
     k_->linear_then(normed, n, B.fc1.w, B.fc1.bias_or_null(), mlp, cpu::block_step(gelu));
     k_->linear(mlp, n, B.fc2.w, B.fc2.bias_or_null(), tmp);
     k_->add_inplace(x, tmp, n * h);

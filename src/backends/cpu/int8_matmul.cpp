@@ -314,10 +314,11 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
   // block does. The kernels' own order is unchanged: a piece is one L2 block of
   // panels that all the rows pass over.
   constexpr std::int64_t kStepRows = 64;
+  const std::int64_t block = step != nullptr ? kStepRows : m;
   const auto panels = [&](std::int64_t b, std::int64_t e) {
     const std::int64_t c0 = b * w.panel, c1 = std::min(e * w.panel, w.rows);
-    for (std::int64_t i0 = 0; i0 < m; i0 += step != nullptr ? kStepRows : m) {
-      const std::int64_t rows = step != nullptr ? std::min(kStepRows, m - i0) : m;
+    for (std::int64_t i0 = 0; i0 < m; i0 += block) {
+      const std::int64_t rows = std::min(block, m - i0);
       if (w.bits == 4)
         gemm_w4(qp + i0 * ldq, ldq, rows, sp + i0, xs + i0 * w.groups, w, bias, y + i0 * w.rows, w.rows, b, e);
       else

@@ -394,14 +394,21 @@ const float* permute_for_w4(const float* x, std::int64_t m, std::int64_t cols) {
   return buf.data();
 }
 
+void reference(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
+               const BlockStep* step) {
+  if (step != nullptr)
+    ref::linear_then(x, m, w, bias, y, *step);
+  else
+    ref::linear(x, m, w, bias, y);
+}
+
 void linear_with(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
                  const BlockStep* step) {
   if (w.int8_activations) {
     if (w.packed != nullptr && w.packed->rows == w.rows && w.packed->cols == w.cols) {
       linear_i8_packed(x, m, *w.packed, bias, y, step);
     } else {
-      ref::linear(x, m, w, bias, y);  // not packed (or not w8): the contract, and its errors
-      if (step != nullptr) step->run(step->ctx, 0, m, 0, w.rows);
+      reference(x, m, w, bias, y, step);  // not packed (or not w8): the contract, and its errors
     }
     return;
   }
@@ -409,8 +416,7 @@ void linear_with(const float* x, std::int64_t m, const WeightMatrix& w, const fl
                      w.dtype == DType::I8 || w.dtype == DType::U8;
   // (A panel-form matrix reaches here only unprepared: prepare() gives f32 activations rows.)
   if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0) || w.panel_form) {
-    ref::linear(x, m, w, bias, y);  // reports the bad matrix as the reference does
-    if (step != nullptr) step->run(step->ctx, 0, m, 0, w.rows);
+    reference(x, m, w, bias, y, step);  // reports the bad matrix as the reference does
     return;
   }
   const float* xs = w.dtype == DType::U8 ? permute_for_w4(x, m, w.cols) : x;

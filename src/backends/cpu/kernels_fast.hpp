@@ -13,9 +13,9 @@
 //               weight row is dequantized in registers (never to memory) and, for
 //               m > 1, used for up to 4 activation rows per pass over a tile of
 //               activation rows that stays in L2
-//   linear_then linear, with the step run on each piece of output columns by the
-//               thread that computed it, right after (the int8 path's pieces of
-//               panels, or the f32 path's ranges of output rows)
+//   linear_then linear, with the step run by the thread that computed each block,
+//               right after it (the int8 path: 64 rows of a piece of panels; the
+//               f32 path: all rows of a range of output columns)
 //   attention   many non-causal queries (vision): blocks of 8 queries, S = Q·Kᵀ
 //               with K transposed per KV head, softmax, O = P·V, register-tiled;
 //               causal (decoder prefill and decode, any number of queries): the
