@@ -89,7 +89,11 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
     if constexpr (NR > 2) QHX_DP(c##i##2, a, b2v);          \
   }
 
-template <int MR, int NR>
+// Stream: the tile is the first of its block of panels (row 0), so its panels
+// come from memory, and it fetches them ahead as decode does (panel_m1): all
+// of a verify step's few rows are such tiles. The tiles after it find the
+// block in L2 (for_each_tile) and do not fetch.
+template <int MR, int NR, bool Stream = false>
 void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const PackedI8& w, const float* bias, float* y,
           std::int64_t ldy, std::int64_t p, std::int64_t i0) {
   static_assert(MR >= 1 && MR <= 8 && NR >= 1 && NR <= 3);
@@ -107,6 +111,9 @@ void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const Packed
   __m512i c30 = s0, c31 = s1, c32 = s2, c40 = s0, c41 = s1, c42 = s2, c50 = s0, c51 = s1, c52 = s2;
   __m512i c60 = s0, c61 = s1, c62 = s2, c70 = s0, c71 = s1, c72 = s2;
   for (std::int64_t g = 0; g < k4; ++g) {
+    if constexpr (Stream)
+      for (int j = 0; j < NR; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(bp + j * pstride + g * kP * 4 + kDecodePrefetchBytes), _MM_HINT_T0);
     const __m512i b0v = _mm512_load_si512(bp + g * kP * 4);
     __m512i b1v = s0, b2v = s0;
     if constexpr (NR > 1) b1v = _mm512_load_si512(bp + pstride + g * kP * 4);
@@ -343,13 +350,15 @@ std::int32_t softmax_q8(const float* s, std::int64_t n, std::int64_t ldp, int of
 using TileFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const PackedI8&, const float*, float*,
                         std::int64_t, std::int64_t, std::int64_t);
 
-template <int MR>
+template <int MR, bool Stream>
 struct Row {
-  static constexpr TileFn fns[kMaxNR] = {tile<MR, 1>, tile<MR, 2>, tile<MR, 3>};
+  static constexpr TileFn fns[kMaxNR] = {tile<MR, 1, Stream>, tile<MR, 2, Stream>, tile<MR, 3, Stream>};
 };
 
-constexpr const TileFn* kTiles[kMaxMR] = {Row<1>::fns, Row<2>::fns, Row<3>::fns, Row<4>::fns,
-                                          Row<5>::fns, Row<6>::fns, Row<7>::fns, Row<8>::fns};
+template <bool Stream>
+constexpr const TileFn* kTiles[kMaxMR] = {Row<1, Stream>::fns, Row<2, Stream>::fns, Row<3, Stream>::fns,
+                                          Row<4, Stream>::fns, Row<5, Stream>::fns, Row<6, Stream>::fns,
+                                          Row<7, Stream>::fns, Row<8, Stream>::fns};
 
 void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
           const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
@@ -359,7 +368,7 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
   }
   for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-    kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+    (i0 == 0 ? kTiles<true> : kTiles<false>)[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
   });
 }
 
