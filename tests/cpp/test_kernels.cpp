@@ -260,10 +260,12 @@ TEST_P(Kernels, RopeRotateHalf) {
 
 TEST_P(Kernels, AttentionCausalGqaAndFull) {
   // {T, N, HQ, HKV, D, start}: a few queries over a cache (decode-like), and
-  // blocks of many queries with head_dim 64 and 128 (prefill, vision), odd counts.
+  // blocks of many queries with head_dim 64 and 128 (prefill, vision), odd counts;
+  // long passes that read a head's rows in several streams (from 1,024 visible
+  // rows; attention_fast.cpp), with queries on both sides of that threshold.
   for (const auto& [T, N, HQ, HKV, D, start] :
        {std::array{3, 7, 4, 2, 5, 4}, {1, 50, 4, 2, 128, 49}, {2, 33, 6, 2, 64, 31}, {1, 9, 3, 3, 128, 8}, {37, 40, 4, 2, 64, 3}, {20, 20, 2, 2, 128, 0}, {9, 9, 3, 1, 64, 0},
-        {2, 30, 4, 2, 256, 28}}) {
+        {2, 30, 4, 2, 256, 28}, {3, 1030, 4, 2, 128, 1021}, {2, 1101, 4, 2, 64, 1099}}) {
   SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
   const auto q = random(T * HQ * D);
   auto kc = random(N * HKV * D), vc = random(N * HKV * D);
@@ -441,10 +443,12 @@ TEST_P(Kernels, AttentionOverAnI8CacheRejectsHeadsPastTheIntegerBound) {
 
 TEST_P(Kernels, AttentionOverAnI8Cache) {
   // {T, N, HQ, HKV, D, start}: decode, a speculation step, prefill chunks; head_dim
-  // of 4, 8 and 16 vectors and an odd one; the cache holds more tokens than are visible.
+  // of 4, 8 and 16 vectors and an odd one; the cache holds more tokens than are
+  // visible; passes long enough to read in several streams, and queries on both
+  // sides of where that starts (1,024 visible rows).
   for (const auto& [T, N, HQ, HKV, D, start] :
        {std::array{1, 50, 4, 2, 128, 49}, {5, 21, 6, 2, 64, 16}, {3, 7, 4, 2, 5, 4}, {2, 30, 4, 2, 256, 28},
-        {17, 40, 4, 1, 128, 23}, {1, 300, 2, 2, 64, 299}}) {
+        {17, 40, 4, 1, 128, 23}, {1, 300, 2, 2, 64, 299}, {3, 1030, 4, 2, 128, 1021}, {2, 1101, 4, 2, 64, 1099}}) {
     SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
     const std::int64_t ctx = N + 3;
     const auto q = random(static_cast<std::size_t>(T * HQ * D));

@@ -88,6 +88,32 @@ struct RowsAhead {
   }
 };
 
+// A long pass over one head's rows reads them as kStreams runs taken in turn
+// (run 0's row, run 1's row, ..., then each run's next): the hardware
+// prefetchers fetch ahead on every run at once, where a single stream per core
+// kept too few lines in flight to hide memory's latency behind the arithmetic. 28-layer 8-bit cache at 4,096 tokens on the 2-core AMX
+// VM (alternating runs): 15.4-18.3 ms in one stream, 11.6-13.5 in four; f16
+// 24.8-30.0 -> 18.6-22.3 ms. Below kStreamsFrom rows the cache is read from
+// L2/L3 and the turns only cost (512 tokens: i8 1.0 -> 1.1-1.3 ms). The value
+// pass sums in that order, so a query's result depends on its visible rows
+// only, never on the call it is in (chunked prefill stays bit-identical).
+constexpr int kStreams = 4;
+constexpr std::int64_t kStreamsFrom = 1024;
+HWY_INLINE int StreamsFor(std::int64_t visible) { return visible >= kStreamsFrom ? kStreams : 1; }
+
+// fn(i) for every i in [0, count), in `streams` runs taken in turn.
+template <class Fn>
+HWY_INLINE void InStreams(std::int64_t count, int streams, Fn&& fn) {
+  if (streams <= 1) {
+    for (std::int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  const std::int64_t per = (count + streams - 1) / streams;
+  for (std::int64_t i = 0; i < per; ++i)
+    for (int r = 0; r < streams; ++r)
+      if (r * per + i < count) fn(r * per + i);
+}
+
 // ---- scores against the 8-bit cache (kv_cache_i8.hpp: integer products) ------
 #if HWY_TARGET == HWY_SCALAR
 // One lane: no int16 pairs to multiply-add; plain loops (the sums are exact either way).
@@ -180,17 +206,20 @@ HWY_INLINE void ScoresI8(const float* q, std::int64_t d, const I8Rows& k, std::i
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < U; ++u) qv[g][u] = hn::LoadU(dw, qq[g] + u * hn::Lanes(dw));
   alignas(64) float factors[N];
-  for (; j + N <= visible; j += N) {  // whole blocks of N keys, folded (every compiled target has N lanes)
+  // Whole blocks of N keys, folded (every compiled target has N lanes).
+  InStreams(visible / N, StreamsFor(visible), [&](std::int64_t blk) {
+    const std::int64_t jb = blk * N;
     VI32 sums[HB];
-    FoldedKeys<L, HB, U>::run(qv, k, kvh, j, ahead, visible, sums);
-    for (std::int64_t r = 0; r < N; ++r) factors[r] = k.factor(k.row(j + r, kvh));
+    FoldedKeys<L, HB, U>::run(qv, k, kvh, jb, ahead, visible, sums);
+    for (std::int64_t r = 0; r < N; ++r) factors[r] = k.factor(k.row(jb + r, kvh));
     const VF kfv = hn::Load(df, factors);
     for (int g = 0; g < HB; ++g) {
-      float* pg = p + g * n + j;
+      float* pg = p + g * n + jb;
       hn::StoreU(hn::Mul(hn::Mul(hn::ConvertTo(df, sums[g]), kfv), hn::Set(df, qs[g])), df, pg);
       for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
     }
-  }
+  });
+  j = visible / N * N;
 #else
   (void)ahead;
 #endif
@@ -266,7 +295,7 @@ HWY_INLINE void ScoresDense(const float* q, const Rows& k, std::int64_t kvh, std
   VF qv[HB][NV];
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + g * d + u * N);
-  for (std::int64_t j = 0; j < visible; ++j) {
+  InStreams(visible, StreamsFor(visible), [&](std::int64_t j) {
     const T* kj = k.row(j, kvh);
     if (ahead != nullptr) ahead->fetch(kj, j, visible, d);
     VF kv[NV];
@@ -283,7 +312,7 @@ HWY_INLINE void ScoresDense(const float* q, const Rows& k, std::int64_t kvh, std
       p[g * n + j] = sc;
       max_s[g] = std::max(max_s[g], sc);
     }
-  }
+  });
 }
 
 // ---- attention for a few queries (decode) -------------------------------------
@@ -321,7 +350,7 @@ void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n
   VF o[HB][NV];
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < NV; ++u) o[g][u] = hn::Zero(df);
-  for (std::int64_t j = 0; j < visible; ++j) {
+  InStreams(visible, StreamsFor(visible), [&](std::int64_t j) {
     const T* vj = v.row(j, kvh);
     if (ahead != nullptr) ahead->fetch(vj, j, visible, d);
     VF vv[NV];
@@ -331,7 +360,7 @@ void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n
       const VF w = hn::Set(df, p[g * n + j] * inv[g] * vf);
       for (int u = 0; u < NV; ++u) o[g][u] = hn::MulAdd(w, vv[u], o[g][u]);
     }
-  }
+  });
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < NV; ++u) hn::StoreU(o[g][u], df, out + (i * hq + h0 + g) * d + u * N);
 }
