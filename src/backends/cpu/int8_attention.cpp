@@ -82,15 +82,19 @@ struct Scratch {
   std::vector<float> qrows;       // [block, d]: a block of one head's query rows
   std::vector<std::uint8_t> qq;   // [block, ldq]: quantized
   float sq[kAttentionBlock], sx[kAttentionBlock], inv[kAttentionBlock];
-  std::vector<float> s;           // S [block, n]
+  std::vector<float> s_buf;       // S [block, lds] from its first cache line on
   std::vector<std::uint8_t> p;    // P [block, ldp]
   QuantizedKV kv;
   PackedI8 kp, vp;                // K [n, d] and V [d, n] packed
   void grow(std::int64_t nq, std::int64_t nqq, std::int64_t ns, std::int64_t np) {
     if (qrows.size() < static_cast<std::size_t>(nq)) qrows.resize(static_cast<std::size_t>(nq));
     if (qq.size() < static_cast<std::size_t>(nqq)) qq.resize(static_cast<std::size_t>(nqq));
-    if (s.size() < static_cast<std::size_t>(ns)) s.resize(static_cast<std::size_t>(ns));
+    if (s_buf.size() < static_cast<std::size_t>(ns + 16)) s_buf.resize(static_cast<std::size_t>(ns + 16));
     if (p.size() < static_cast<std::size_t>(np)) p.resize(static_cast<std::size_t>(np));
+  }
+  float* s() {
+    const auto at = reinterpret_cast<std::uintptr_t>(s_buf.data());
+    return s_buf.data() + (64 - at % 64) % 64 / sizeof(float);
   }
 };
 
@@ -134,6 +138,11 @@ void attention_i8(const Int8Kernel& kernel, const float* q, const float* k, cons
   const float scale2 = scale * kLog2e;
   const std::int64_t ldq = (d + 63) / 64 * 64;  // Q rows (d columns, padded to whole 4-column groups and lines)
   const std::int64_t ldp = (n + 63) / 64 * 64;  // P rows
+  // S rows start on cache lines and are not a multiple of 4 KiB apart: the Q·Kᵀ
+  // product writes S a tile of 32 rows at a time, and rows 4 KiB apart (n =
+  // 1,024) share the L1's sets, so its lines left L1 between the tiles that
+  // write their halves (AMX at 48 rows × 1,024 keys × 64: 20 -> 7 us a block).
+  const std::int64_t lds = (n + 15) / 16 * 16 + 16;
   // A head's work is ~4·t·n·d multiply-adds: heads are the unit of parallelism,
   // taken one at a time as threads come free.
   parallel_for_pieces(hq, 1, [&](std::int64_t h0, std::int64_t h1) {
@@ -141,7 +150,8 @@ void attention_i8(const Int8Kernel& kernel, const float* q, const float* k, cons
     // pages per call would cost page faults, and unmapping them TLB shootdowns
     // that stall the other threads.
     thread_local Scratch sc;
-    sc.grow(kAttentionBlock * d, kAttentionBlock * ldq, kAttentionBlock * n, kAttentionBlock * ldp);
+    sc.grow(kAttentionBlock * d, kAttentionBlock * ldq, kAttentionBlock * lds, kAttentionBlock * ldp);
+    float* const s = sc.s();
     for (std::int64_t h = h0; h < h1; ++h) {
       const std::int64_t g = h / group;
       if (kernel.pack_kv != nullptr && d % 4 == 0) {
@@ -161,9 +171,9 @@ void attention_i8(const Int8Kernel& kernel, const float* q, const float* k, cons
         gather(q + (i0 * hq + h) * d, rows, d, hq * d, sc.qrows.data());
         kernel.quantize(sc.qrows.data(), rows, d, ldq, kernel.offset, sc.qq.data(), sc.sq);
         for (std::int64_t i = 0; i < rows; ++i) sc.sx[i] = sc.sq[i] * scale2;
-        kernel.gemm(sc.qq.data(), ldq, rows, sc.sx, sc.kp, nullptr, sc.s.data(), n, 0, sc.kp.panels);
+        kernel.gemm(sc.qq.data(), ldq, rows, sc.sx, sc.kp, nullptr, s, lds, 0, sc.kp.panels);
         for (std::int64_t i = 0; i < rows; ++i) {
-          const std::int32_t l = kernel.softmax_q8(sc.s.data() + i * n, n, ldp, kernel.offset, sc.p.data() + i * ldp);
+          const std::int32_t l = kernel.softmax_q8(s + i * lds, n, ldp, kernel.offset, sc.p.data() + i * ldp);
           sc.inv[i] = l > 0 ? 1.0f / static_cast<float>(l) : 0.0f;
         }
         kernel.gemm(sc.p.data(), ldp, rows, sc.inv, sc.vp, nullptr, out + (i0 * hq + h) * d, hq * d, 0, sc.vp.panels);
