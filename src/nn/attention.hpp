@@ -8,6 +8,7 @@
 
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_set.hpp"
+#include "common/line_aligned.hpp"
 
 namespace qhx::nn {
 
@@ -25,7 +26,7 @@ struct AttentionShape {
 struct AttentionScratch {
   AttentionScratch() = default;
   AttentionScratch(std::int64_t max_tokens, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim);
-  std::vector<float> q, k, v, attn, out;  // q/attn [T, hq·d]; k/v [T, hkv·d]; out [T, hidden]
+  LineFloats q, k, v, attn, out;  // q/attn [T, hq·d]; k/v [T, hkv·d]; out [T, hidden]
 };
 
 // How a KV cache stores its keys and values: f32; f16 (half the memory and the

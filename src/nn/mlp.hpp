@@ -6,6 +6,7 @@
 
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/kernel_set.hpp"
+#include "common/line_aligned.hpp"
 
 namespace qhx::nn {
 
@@ -16,7 +17,7 @@ struct SwiGluWeights {
 struct SwiGluScratch {
   SwiGluScratch() = default;
   SwiGluScratch(std::int64_t max_tokens, std::int64_t intermediate);
-  std::vector<float> gate, up, out;  // gate/up [T, inter]; out [T, hidden]
+  LineFloats gate, up, out;  // gate/up [T, inter]; out [T, hidden]
 };
 
 // residual[T, hidden] += mlp(x[T, hidden]).

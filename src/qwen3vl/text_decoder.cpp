@@ -10,6 +10,7 @@
 #include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
+#include "common/line_aligned.hpp"
 #include "nn/attention.hpp"
 #include "nn/mlp.hpp"
 #include "nn/kv_touch.hpp"
@@ -88,7 +89,7 @@ class DecoderCore {
   const cpu::KernelSet* k_ = &cpu::active_kernels();
 
   // Workspace, sized once for max_t_ tokens.
-  std::vector<float> h_, x_;  // h_: residual [T, hidden]; x_: normed
+  LineFloats h_, x_;  // h_: residual [T, hidden]; x_: normed
   nn::AttentionScratch attn_scratch_;
   nn::SwiGluScratch mlp_scratch_;
 };

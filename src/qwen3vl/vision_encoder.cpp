@@ -10,6 +10,7 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "common/debug_dump.hpp"
+#include "common/line_aligned.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/hf_config.hpp"
 #include "qhexrt/safetensors.hpp"
@@ -61,10 +62,10 @@ class VisionEncoder final : public Delegate {
   // Sized at load when the plan says how large an image is (GraphBlob::image_patches).
   void size_scratch(std::int64_t n);
   struct Scratch {
-    std::vector<float> x, normed, qkv, q, k, v, attn, tmp;  // [n, hidden] (qkv [n, 3·hidden])
-    std::vector<float> mlp;                                 // [n, intermediate]
-    std::vector<float> merge_normed, merge_mid;             // [n, hidden]
-    std::vector<float> cos, sin;                            // [n, head_dim]
+    LineFloats x, normed, qkv, q, k, v, attn, tmp;  // [n, hidden] (qkv [n, 3·hidden])
+    LineFloats mlp;                                 // [n, intermediate]
+    LineFloats merge_normed, merge_mid;             // [n, hidden]
+    LineFloats cos, sin;                            // [n, head_dim]
   } s_;
 };
 
@@ -76,7 +77,7 @@ auto in_place(void (*act)(const float*, std::int64_t, float*), float* y, std::in
   };
 }
 
-void grow(std::vector<float>& v, std::size_t n) {
+void grow(LineFloats& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
