@@ -283,36 +283,91 @@ void AttentionTasksT(const float* q, const Rows& k, const Rows& v, std::int64_t 
 }
 
 
+// One key row's products with HB query heads (qv: their rows, NV vectors each)
+// as one partial-sum vector per head: two chains of products, so a row's dot
+// product waits on half as many FMAs, then added.
+template <int HB, int NV, class Rows>
+HWY_INLINE void DensePartials(const VF (&qv)[HB][NV], const Rows& k, std::int64_t kvh, std::int64_t j,
+                              const RowsAhead* ahead, std::int64_t visible, VF (&out)[HB]) {
+  const DF df;
+  const std::int64_t N = lanes();
+  const auto* kj = k.row(j, kvh);
+  if (ahead != nullptr) ahead->fetch(kj, j, visible, NV * N);
+  VF kv[NV];
+  for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
+  for (int g = 0; g < HB; ++g) {
+    VF acc0 = hn::Mul(qv[g][0], kv[0]), acc1 = hn::Mul(qv[g][1], kv[1]);
+    for (int u = 2; u < NV; u += 2) {
+      acc0 = hn::MulAdd(qv[g][u], kv[u], acc0);
+      acc1 = hn::MulAdd(qv[g][u + 1], kv[u + 1], acc1);
+    }
+    out[g] = hn::Add(acc0, acc1);
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Keys [j, j + 2^L) of f32 or f16 rows, folded as FoldedKeys folds the 8-bit
+// cache's: after L levels lane r holds key j + r's dot product, its lanes
+// summed pairwise (adjacent lanes first). A horizontal sum per key and head was
+// half of a prefill's attention (its shuffles and adds wait on each other).
+template <int L, int HB, int NV, class Rows>
+struct FoldedDense {
+  static HWY_INLINE void run(const VF (&qv)[HB][NV], const Rows& k, std::int64_t kvh, std::int64_t j,
+                             const RowsAhead* ahead, std::int64_t visible, VF (&out)[HB]) {
+    const DF df;
+    VF lo[HB], hi[HB];
+    FoldedDense<L - 1, HB, NV, Rows>::run(qv, k, kvh, j, ahead, visible, lo);
+    FoldedDense<L - 1, HB, NV, Rows>::run(qv, k, kvh, j + (std::int64_t{1} << (L - 1)), ahead, visible, hi);
+    for (int g = 0; g < HB; ++g) out[g] = hn::Add(hn::ConcatEven(df, hi[g], lo[g]), hn::ConcatOdd(df, hi[g], lo[g]));
+  }
+};
+template <int HB, int NV, class Rows>
+struct FoldedDense<0, HB, NV, Rows> {
+  static HWY_INLINE void run(const VF (&qv)[HB][NV], const Rows& k, std::int64_t kvh, std::int64_t j,
+                             const RowsAhead* ahead, std::int64_t visible, VF (&out)[HB]) {
+    DensePartials<HB, NV>(qv, k, kvh, j, ahead, visible, out);
+  }
+};
+#endif
+
 // Scores p[g · n + j] of HB query heads (q: their rows, d = NV · lanes) over
-// f32 or f16 keys [0, visible) of KV head kvh, and each head's maximum.
+// f32 or f16 keys [0, visible) of KV head kvh, and each head's maximum: whole
+// blocks of `lanes` keys folded, the rest one key at a time (a horizontal sum).
+// Which keys a block holds depends only on `visible`, so a query's scores do
+// not depend on the call it is in.
 template <int HB, int NV, class Rows>
 HWY_INLINE void ScoresDense(const float* q, const Rows& k, std::int64_t kvh, std::int64_t visible, float scale,
                             const RowsAhead* ahead, float* p, std::int64_t n, float* max_s) {
-  using T = typename Rows::Elem;
   const DF df;
   const std::int64_t N = lanes();
   const std::int64_t d = NV * N;
   VF qv[HB][NV];
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < NV; ++u) qv[g][u] = hn::LoadU(df, q + g * d + u * N);
-  InStreams(visible, StreamsFor(visible), [&](std::int64_t j) {
-    const T* kj = k.row(j, kvh);
-    if (ahead != nullptr) ahead->fetch(kj, j, visible, d);
-    VF kv[NV];
-    for (int u = 0; u < NV; ++u) kv[u] = LoadKV(df, kj + u * N);
-    const float kf = k.factor(kj);
+  std::int64_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  constexpr int L = Log2(hn::MaxLanes(DF()));
+  InStreams(visible / N, StreamsFor(visible), [&](std::int64_t blk) {
+    const std::int64_t jb = blk * N;
+    VF sums[HB];
+    FoldedDense<L, HB, NV, Rows>::run(qv, k, kvh, jb, ahead, visible, sums);
+    for (int g = 0; g < HB; ++g) {  // a dense row's factor is 1: sum · 1 · scale is sum · scale
+      float* pg = p + g * n + jb;
+      hn::StoreU(hn::Mul(sums[g], hn::Set(df, scale)), df, pg);
+      for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
+    }
+  });
+  j = visible / N * N;
+#endif
+  for (; j < visible; ++j) {
+    VF part[HB];
+    DensePartials<HB, NV>(qv, k, kvh, j, ahead, visible, part);
     for (int g = 0; g < HB; ++g) {
-      // Two chains of products, so a row's dot product waits on half as many FMAs.
-      VF acc0 = hn::Mul(qv[g][0], kv[0]), acc1 = hn::Mul(qv[g][1], kv[1]);
-      for (int u = 2; u < NV; u += 2) {
-        acc0 = hn::MulAdd(qv[g][u], kv[u], acc0);
-        acc1 = hn::MulAdd(qv[g][u + 1], kv[u + 1], acc1);
-      }
-      const float sc = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1))) * kf * scale;
+      const float sc = hn::GetLane(hn::SumOfLanes(df, part[g])) * scale;
       p[g * n + j] = sc;
       max_s[g] = std::max(max_s[g], sc);
     }
-  });
+  }
 }
 
 // ---- attention for a few queries (decode) -------------------------------------
