@@ -7,7 +7,8 @@
 // Register tile: MR activation rows × NR panels of 16 outputs (MR·NR int32
 // accumulators, at most 8 × 3 = 24 of the 32 zmm registers). Panels are walked
 // in blocks of ~256 KiB so a block stays in L2 while every activation row
-// passes over it (prefill, vision); decode (m = 1) simply streams each panel once.
+// passes over it (prefill, vision); decode (m = 1) and a verify step's few rows
+// read each panel once, three panels side by side, fetched ahead.
 //
 // Compiled for every x86-64 build; the code is only reached after a CPUID
 // check, so the rest of the library stays baseline x86-64.
@@ -40,10 +41,11 @@ namespace qhx::cpu {
 namespace {
 
 
-// How far ahead of its loads decode's panel stream prefetches (into L1). On a
-// 2-core Sapphire Rapids VM, 3,072 bytes streamed a decode step's w8 matrices at
-// 27.5 GB/s on 2 threads and 14.3 on 1, against 25.1 and 12.8 at 4,096 (2,560 was
-// as good, 3,584 and 2,048 in between): bench_kernels --only "decode stack".
+// How far ahead of its loads a tile that streams its panels from memory
+// (decode, a verify step) prefetches each of them (into L1). On a 2-core
+// Sapphire Rapids VM, 3,072 bytes streamed a decode step's w8 matrices at 27.5
+// GB/s on 2 threads and 14.3 on 1, against 25.1 and 12.8 at 4,096 (2,560 was as
+// good, 3,584 and 2,048 in between): bench_kernels --only "decode stack".
 constexpr std::int64_t kDecodePrefetchBytes = 3072;
 constexpr int kP = 16;  // outputs per panel: one zmm of int32
 constexpr int kMaxMR = 8;
@@ -90,9 +92,13 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
   }
 
 // Stream: the tile is the first of its block of panels (row 0), so its panels
-// come from memory, and it fetches them ahead as decode does (panel_m1): all
-// of a verify step's few rows are such tiles. The tiles after it find the
-// block in L2 (for_each_tile) and do not fetch.
+// come from memory, and it fetches them ahead: all of decode's and a verify
+// step's tiles are such. The tiles after it find the block in L2
+// (for_each_tile) and do not fetch. Decode takes the 1 × 3 tile, three panels
+// as three streams a thread: on the 2-core AMX VM a decode step's w8 stack
+// (8 layers and the lm-head) took 23.2-23.9 ms so against 24.8-25.1 with one
+// panel at a time (four accumulators over one stream); the int32 sums are the
+// same and the epilogue is one, so the results are too.
 template <int MR, int NR, bool Stream = false>
 void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const PackedI8& w, const float* bias, float* y,
           std::int64_t ldy, std::int64_t p, std::int64_t i0) {
@@ -136,39 +142,6 @@ void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const Packed
 }
 #undef QHX_ROW
 #undef QHX_DP
-
-// One activation row (decode) over one panel: the panel is read as a single
-// sequential stream (consecutive panels are adjacent, so a thread's whole
-// range is one stream), with four accumulators to cover vpdpbusd's latency.
-__attribute__((always_inline)) inline void panel_m1(const std::uint8_t* q, const float* sx, const PackedI8& w,
-                                                    const float* bias, float* y, std::int64_t p) {
-  const std::int64_t k4 = w.k4;
-  const std::int8_t* b = w.data.get() + p * k4 * kP * 4;
-  __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-  std::int64_t g = 0;
-  for (; g + 4 <= k4; g += 4) {
-    for (int u = 0; u < 4; ++u) _mm_prefetch(reinterpret_cast<const char*>(b + (g + u) * kP * 4 + kDecodePrefetchBytes), _MM_HINT_T0);
-    for (int u = 0; u < 4; ++u) {
-      std::int32_t a4;
-      std::memcpy(&a4, q + 4 * (g + u), 4);
-      acc[u] = _mm512_dpbusd_epi32(acc[u], _mm512_set1_epi32(a4), _mm512_load_si512(b + (g + u) * kP * 4));
-    }
-  }
-  for (; g < k4; ++g) {
-    std::int32_t a4;
-    std::memcpy(&a4, q + 4 * g, 4);
-    acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_set1_epi32(a4), _mm512_load_si512(b + g * kP * 4));
-  }
-  const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
-  const std::int64_t r0 = p * kP;
-  const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
-  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-  const __m512i corr = _mm512_slli_epi32(_mm512_load_si512(w.row_sums.get() + r0), 7);
-  const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sx[0]), _mm512_load_ps(w.scales.get() + r0));
-  const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
-  const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr));
-  _mm512_mask_storeu_ps(y + r0, mask, _mm512_fmadd_ps(v, s, bv));
-}
 
 // quantize_rows_q8, 16 columns at a time, with the same float operations:
 // max |x| (a NaN never wins, as in std::max), x · (127 / amax) rounded half to
@@ -362,10 +335,6 @@ constexpr const TileFn* kTiles[kMaxMR] = {Row<1, Stream>::fns, Row<2, Stream>::f
 
 void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
           const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  if (m == 1) {
-    for (std::int64_t p = p0; p < p1; ++p) panel_m1(q, sx, w, bias, y, p);
-    return;
-  }
   for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
     (i0 == 0 ? kTiles<true> : kTiles<false>)[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
@@ -439,7 +408,7 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
 
 #define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
 // Decode over one w4 panel as a single sequential stream (a thread's panels are
-// adjacent, so its whole range is one stream, as in panel_m1), prefetched 4 KiB
+// adjacent, so its whole range is one stream), prefetched 4 KiB
 // ahead: reading four panels side by side (four streams, plus their scales)
 // reached only ~85% of w8's bandwidth. The high nibbles are used in place, as
 // 16 · nibble (one AND, no shift): their chains sum to exactly 16 times the
