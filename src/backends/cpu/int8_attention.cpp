@@ -9,6 +9,7 @@
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "backends/cpu/weights.hpp"
+#include "common/line_aligned.hpp"
 
 namespace qhx::cpu {
 
@@ -82,19 +83,15 @@ struct Scratch {
   std::vector<float> qrows;       // [block, d]: a block of one head's query rows
   std::vector<std::uint8_t> qq;   // [block, ldq]: quantized
   float sq[kAttentionBlock], sx[kAttentionBlock], inv[kAttentionBlock];
-  std::vector<float> s_buf;       // S [block, lds] from its first cache line on
+  LineFloats s;                   // S [block, lds]
   std::vector<std::uint8_t> p;    // P [block, ldp]
   QuantizedKV kv;
   PackedI8 kp, vp;                // K [n, d] and V [d, n] packed
   void grow(std::int64_t nq, std::int64_t nqq, std::int64_t ns, std::int64_t np) {
     if (qrows.size() < static_cast<std::size_t>(nq)) qrows.resize(static_cast<std::size_t>(nq));
     if (qq.size() < static_cast<std::size_t>(nqq)) qq.resize(static_cast<std::size_t>(nqq));
-    if (s_buf.size() < static_cast<std::size_t>(ns + 16)) s_buf.resize(static_cast<std::size_t>(ns + 16));
+    if (s.size() < static_cast<std::size_t>(ns)) s.resize(static_cast<std::size_t>(ns));
     if (p.size() < static_cast<std::size_t>(np)) p.resize(static_cast<std::size_t>(np));
-  }
-  float* s() {
-    const auto at = reinterpret_cast<std::uintptr_t>(s_buf.data());
-    return s_buf.data() + (64 - at % 64) % 64 / sizeof(float);
   }
 };
 
@@ -151,7 +148,7 @@ void attention_i8(const Int8Kernel& kernel, const float* q, const float* k, cons
     // that stall the other threads.
     thread_local Scratch sc;
     sc.grow(kAttentionBlock * d, kAttentionBlock * ldq, kAttentionBlock * lds, kAttentionBlock * ldp);
-    float* const s = sc.s();
+    float* const s = sc.s.data();
     for (std::int64_t h = h0; h < h1; ++h) {
       const std::int64_t g = h / group;
       if (kernel.pack_kv != nullptr && d % 4 == 0) {
