@@ -91,9 +91,9 @@ struct RowsAhead {
 // A long pass over one head's rows reads them as kStreams runs taken in turn
 // (run 0's row, run 1's row, ..., then each run's next): the hardware
 // prefetchers fetch ahead on every run at once, where a single stream per core
-// kept too few lines in flight to hide memory's latency behind the arithmetic. 28-layer 8-bit cache at 4,096 tokens on the 2-core AMX
-// VM (alternating runs): 15.4-18.3 ms in one stream, 11.6-13.5 in four; f16
-// 24.8-30.0 -> 18.6-22.3 ms. Below kStreamsFrom rows the cache is read from
+// kept too few lines in flight to hide memory's latency behind the arithmetic.
+// 28-layer 8-bit cache at 4,096 tokens on the 2-core AMX VM (alternating runs):
+// 15.4-18.3 ms in one stream, 11.6-13.5 in four; f16 24.8-30.0 -> 18.6-22.3 ms. Below kStreamsFrom rows the cache is read from
 // L2/L3 and the turns only cost (512 tokens: i8 1.0 -> 1.1-1.3 ms). The value
 // pass sums in that order, so a query's result depends on its visible rows
 // only, never on the call it is in (chunked prefill stays bit-identical).
@@ -152,38 +152,37 @@ HWY_INLINE std::int32_t DotI8(const std::int16_t* qq, const std::int8_t* k, std:
   return s;
 }
 
-// The scores of HB query heads (qq: their rows on the 16-bit grid, qs: sq · scale)
-// against keys [j, j + 2^L) of one head: each key's partial-sum vector, then
-// pairs of vectors folded level by level (even lanes + odd lanes of the two,
-// side by side), so that after L = log2(lanes) levels lane r holds key j + r's
-// whole sum. Folding costs about 3 instructions a key where a horizontal sum
-// costs 8 or more, and the recursion keeps at most L + 1 vectors a head alive.
-template <int L, int HB, int U>
-struct FoldedKeys {
-  static HWY_INLINE void run(const hn::Vec<DI16> (&qv)[HB][U], const I8Rows& k, std::int64_t kvh, std::int64_t j,
-                             const RowsAhead* ahead, std::int64_t visible, VI32 (&out)[HB]) {
-    const DI32 di;
-    VI32 lo[HB], hi[HB];
-    FoldedKeys<L - 1, HB, U>::run(qv, k, kvh, j, ahead, visible, lo);
-    FoldedKeys<L - 1, HB, U>::run(qv, k, kvh, j + (std::int64_t{1} << (L - 1)), ahead, visible, hi);
-    for (int g = 0; g < HB; ++g)
-      out[g] = hn::Add(hn::ConcatEven(di, hi[g], lo[g]), hn::ConcatOdd(di, hi[g], lo[g]));
+// A lambda the compiler must inline (GCC and clang): a FoldKeys leaf called as a
+// function passes its vectors through memory, 16 calls a block.
+#define QHX_LAMBDA_INLINE __attribute__((always_inline))
+
+// Dot products of keys [j, j + 2^L) as one vector: `leaf(j, v)` gives key j's
+// partial-sum vector per head (v[g]: its lanes sum to the dot product with
+// head g); pairs of vectors are then folded level by level (even lanes + odd
+// lanes of the two, side by side), so that after L = log2(lanes) levels lane r
+// of out[g] holds key j + r's whole sum, its lanes added pairwise, adjacent
+// ones first. Folding costs about 3 instructions a key where a horizontal sum
+// costs 8 or more (its shuffles and adds wait on each other), and the
+// recursion keeps at most L + 1 vectors a head alive.
+template <int L, class D, int HB, class Leaf>
+HWY_INLINE void FoldKeys(D d, std::int64_t j, const Leaf& leaf, hn::Vec<D> (&out)[HB]) {
+  if constexpr (L == 0) {
+    leaf(j, out);
+  } else {
+    hn::Vec<D> lo[HB], hi[HB];
+    FoldKeys<L - 1>(d, j, leaf, lo);
+    FoldKeys<L - 1>(d, j + (std::int64_t{1} << (L - 1)), leaf, hi);
+    for (int g = 0; g < HB; ++g) out[g] = hn::Add(hn::ConcatEven(d, hi[g], lo[g]), hn::ConcatOdd(d, hi[g], lo[g]));
   }
-};
-template <int HB, int U>
-struct FoldedKeys<0, HB, U> {
-  static HWY_INLINE void run(const hn::Vec<DI16> (&qv)[HB][U], const I8Rows& k, std::int64_t kvh, std::int64_t j,
-                             const RowsAhead* ahead, std::int64_t visible, VI32 (&out)[HB]) {
-    const DI16 dw;
-    const DI8 db;
-    const std::int64_t W = static_cast<std::int64_t>(hn::Lanes(dw));
-    const std::int8_t* kj = k.row(j, kvh);
-    if (ahead != nullptr) ahead->fetch(kj, j, visible, U * W);
-    hn::Vec<DI16> kw[U];
-    for (int u = 0; u < U; ++u) kw[u] = hn::PromoteTo(dw, hn::LoadU(db, kj + u * W));
-    for (int g = 0; g < HB; ++g) out[g] = KeyPartials<U>(qv[g], kw);
-  }
-};
+}
+
+// A block's scores s of one head stored at pg, and its maximum taken (lane by
+// lane, as the one-key paths take it).
+HWY_INLINE void StoreBlockScores(VF s, float* pg, float& max_s) {
+  const DF df;
+  hn::StoreU(s, df, pg);
+  for (std::int64_t r = 0; r < static_cast<std::int64_t>(hn::Lanes(df)); ++r) max_s = std::max(max_s, pg[r]);
+}
 
 constexpr int Log2(std::size_t n) { return n <= 1 ? 0 : 1 + Log2(n / 2); }
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -205,19 +204,26 @@ HWY_INLINE void ScoresI8(const float* q, std::int64_t d, const I8Rows& k, std::i
   hn::Vec<DI16> qv[HB][U];
   for (int g = 0; g < HB; ++g)
     for (int u = 0; u < U; ++u) qv[g][u] = hn::LoadU(dw, qq[g] + u * hn::Lanes(dw));
+  const DI32 di;
+  const DI8 db;
+  const std::int64_t W = static_cast<std::int64_t>(hn::Lanes(dw));
+  const auto partials = [&](std::int64_t jk, VI32(&v)[HB]) QHX_LAMBDA_INLINE {  // key jk's exact int32 partial sums
+    const std::int8_t* kj = k.row(jk, kvh);
+    if (ahead != nullptr) ahead->fetch(kj, jk, visible, U * W);
+    hn::Vec<DI16> kw[U];
+    for (int u = 0; u < U; ++u) kw[u] = hn::PromoteTo(dw, hn::LoadU(db, kj + u * W));
+    for (int g = 0; g < HB; ++g) v[g] = KeyPartials<U>(qv[g], kw);
+  };
   alignas(64) float factors[N];
   // Whole blocks of N keys, folded (every compiled target has N lanes).
   InStreams(visible / N, StreamsFor(visible), [&](std::int64_t blk) {
     const std::int64_t jb = blk * N;
     VI32 sums[HB];
-    FoldedKeys<L, HB, U>::run(qv, k, kvh, jb, ahead, visible, sums);
+    FoldKeys<L>(di, jb, partials, sums);
     for (std::int64_t r = 0; r < N; ++r) factors[r] = k.factor(k.row(jb + r, kvh));
     const VF kfv = hn::Load(df, factors);
-    for (int g = 0; g < HB; ++g) {
-      float* pg = p + g * n + jb;
-      hn::StoreU(hn::Mul(hn::Mul(hn::ConvertTo(df, sums[g]), kfv), hn::Set(df, qs[g])), df, pg);
-      for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
-    }
+    for (int g = 0; g < HB; ++g)
+      StoreBlockScores(hn::Mul(hn::Mul(hn::ConvertTo(df, sums[g]), kfv), hn::Set(df, qs[g])), p + g * n + jb, max_s[g]);
   });
   j = visible / N * N;
 #else
@@ -305,34 +311,10 @@ HWY_INLINE void DensePartials(const VF (&qv)[HB][NV], const Rows& k, std::int64_
   }
 }
 
-#if HWY_TARGET != HWY_SCALAR
-// Keys [j, j + 2^L) of f32 or f16 rows, folded as FoldedKeys folds the 8-bit
-// cache's: after L levels lane r holds key j + r's dot product, its lanes
-// summed pairwise (adjacent lanes first). A horizontal sum per key and head was
-// half of a prefill's attention (its shuffles and adds wait on each other).
-template <int L, int HB, int NV, class Rows>
-struct FoldedDense {
-  static HWY_INLINE void run(const VF (&qv)[HB][NV], const Rows& k, std::int64_t kvh, std::int64_t j,
-                             const RowsAhead* ahead, std::int64_t visible, VF (&out)[HB]) {
-    const DF df;
-    VF lo[HB], hi[HB];
-    FoldedDense<L - 1, HB, NV, Rows>::run(qv, k, kvh, j, ahead, visible, lo);
-    FoldedDense<L - 1, HB, NV, Rows>::run(qv, k, kvh, j + (std::int64_t{1} << (L - 1)), ahead, visible, hi);
-    for (int g = 0; g < HB; ++g) out[g] = hn::Add(hn::ConcatEven(df, hi[g], lo[g]), hn::ConcatOdd(df, hi[g], lo[g]));
-  }
-};
-template <int HB, int NV, class Rows>
-struct FoldedDense<0, HB, NV, Rows> {
-  static HWY_INLINE void run(const VF (&qv)[HB][NV], const Rows& k, std::int64_t kvh, std::int64_t j,
-                             const RowsAhead* ahead, std::int64_t visible, VF (&out)[HB]) {
-    DensePartials<HB, NV>(qv, k, kvh, j, ahead, visible, out);
-  }
-};
-#endif
-
 // Scores p[g · n + j] of HB query heads (q: their rows, d = NV · lanes) over
 // f32 or f16 keys [0, visible) of KV head kvh, and each head's maximum: whole
-// blocks of `lanes` keys folded, the rest one key at a time (a horizontal sum).
+// blocks of `lanes` keys folded (FoldKeys), the rest one key at a time (a
+// horizontal sum).
 // Which keys a block holds depends only on `visible`, so a query's scores do
 // not depend on the call it is in.
 template <int HB, int NV, class Rows>
@@ -347,15 +329,15 @@ HWY_INLINE void ScoresDense(const float* q, const Rows& k, std::int64_t kvh, std
   std::int64_t j = 0;
 #if HWY_TARGET != HWY_SCALAR
   constexpr int L = Log2(hn::MaxLanes(DF()));
+  const auto partials = [&](std::int64_t jk, VF(&v)[HB]) QHX_LAMBDA_INLINE {
+    DensePartials<HB, NV>(qv, k, kvh, jk, ahead, visible, v);
+  };
   InStreams(visible / N, StreamsFor(visible), [&](std::int64_t blk) {
     const std::int64_t jb = blk * N;
     VF sums[HB];
-    FoldedDense<L, HB, NV, Rows>::run(qv, k, kvh, jb, ahead, visible, sums);
-    for (int g = 0; g < HB; ++g) {  // a dense row's factor is 1: sum · 1 · scale is sum · scale
-      float* pg = p + g * n + jb;
-      hn::StoreU(hn::Mul(sums[g], hn::Set(df, scale)), df, pg);
-      for (std::int64_t r = 0; r < N; ++r) max_s[g] = std::max(max_s[g], pg[r]);
-    }
+    FoldKeys<L>(df, jb, partials, sums);
+    for (int g = 0; g < HB; ++g)  // a dense row's factor is 1: sum · 1 · scale is sum · scale
+      StoreBlockScores(hn::Mul(sums[g], hn::Set(df, scale)), p + g * n + jb, max_s[g]);
   });
   j = visible / N * N;
 #endif
