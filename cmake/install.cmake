@@ -1,6 +1,7 @@
 # What `cmake --install` puts under the prefix (docs/api.md, "Installing"):
 #   include/qhexrt/          the public headers (C: qhexrt.h; C++: *.hpp)
-#   lib/libqhexrt.so*        the shared library (SONAME libqhexrt.so.${QHX_ABI_VERSION})
+#   lib/libqhexrt.so*        the runtime library (SONAME libqhexrt.so.${QHX_ABI_VERSION})
+#   lib/libqhexrt_export.so* making and checking bundles, the doctor (qhexrt/export.hpp, doctor.hpp)
 #   lib/cmake/qhexrt/        the CMake package: find_package(qhexrt 0.1), target qhexrt::qhexrt
 #   lib/pkgconfig/qhexrt.pc  pkg-config --cflags --libs qhexrt
 #   bin/                     the tools (linked statically against the library)
@@ -9,7 +10,7 @@ include(CMakePackageConfigHelpers)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/qhexrt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT library)
-install(TARGETS qhexrt_shared EXPORT qhexrtTargets
+install(TARGETS qhexrt_shared qhexrt_export_shared EXPORT qhexrtTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library NAMELINK_COMPONENT library)
 install(TARGETS qhx_generate qhx_export qhx_tokenize qhx_bench qhx_doctor qhx_chat
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)

@@ -266,7 +266,7 @@ int run(const Args& a) {
       else
         r = session.send(std::move(m), opts);
       const bool interrupted = g_interrupts.exchange(0) > 0;
-      if (r.stop_reason == "cancelled" || interrupted) {
+      if (r.stop == qhx::StopReason::Cancelled || interrupted) {
         out("\n[cancelled]\n");
         last_was_interrupt = true;
       } else {

@@ -55,13 +55,19 @@ struct Timings {
   std::int64_t image_cache_hits = 0;  // images whose features came from the image-feature cache
 };
 
+// Why an answer ended. GenerationResult::stop_reason spells it (stop_reason_name).
+enum class StopReason : std::uint8_t { MaxNewTokens, StopToken, StopString, Cancelled };
+// "max_new_tokens", "stop_token", "stop_string" or "cancelled".
+const char* stop_reason_name(StopReason reason);
+
 struct GenerationResult {
   std::vector<std::int32_t> prompt_tokens;  // after templating
   std::vector<std::int32_t> tokens;         // generated, including a final stop token if one ended it
   std::string text;                         // the answer: tokens decoded without special tokens, cut
                                             // before a stop string, without a <think> part
   std::string reasoning;                    // the <think>...</think> part of the output, if any
-  std::string stop_reason;                  // "stop_token", "stop_string", "max_new_tokens" or "cancelled"
+  StopReason stop = StopReason::MaxNewTokens;
+  std::string stop_reason;                  // stop_reason_name(stop), for programs that print it
   std::int64_t cached_tokens = 0;           // prompt tokens whose KV came from the session's cache
   std::int64_t vocab = 0;                   // logits row width
   std::int64_t draft_tokens = 0;            // tokens speculation drafted and the model verified

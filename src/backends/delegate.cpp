@@ -7,9 +7,8 @@
 
 namespace qhx {
 
-// Defined by each backend that is built in; called once before the first lookup.
-void register_cpu_backend();
-void register_qnn_backend();  // loads its libraries only when a graph uses it
+// backends/builtin_backends.cpp: every backend built into this library registers there.
+void register_builtin_backends();
 
 namespace {
 
@@ -20,12 +19,14 @@ std::map<Key, DelegateFactory>& registry() {
   return r;
 }
 
+std::map<std::string, BackendConfigurator>& configurators() {
+  static std::map<std::string, BackendConfigurator> c;
+  return c;
+}
+
 void ensure_builtin_backends() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    register_cpu_backend();
-    register_qnn_backend();
-  });
+  std::call_once(once, [] { register_builtin_backends(); });
 }
 
 std::string shape_str(const std::vector<std::int64_t>& s) {
@@ -51,6 +52,17 @@ std::filesystem::path blob_file(const GraphBlob& blob, const char* key) {
 
 void register_delegate(const std::string& backend, const std::string& kind, DelegateFactory factory) {
   registry()[{backend, kind}] = std::move(factory);
+}
+
+void register_backend_configurator(const std::string& backend, BackendConfigurator configure) {
+  configurators()[backend] = std::move(configure);
+}
+
+void configure_backend(const std::string& backend, const nlohmann::json& settings) {
+  ensure_builtin_backends();
+  const auto it = configurators().find(backend);
+  if (it == configurators().end()) fail("backend \"", backend, "\" is not built into this QHexRT or takes no settings");
+  it->second(settings);
 }
 
 std::unique_ptr<Delegate> create_delegate(const std::string& backend, const GraphBlob& blob) {

@@ -45,6 +45,11 @@ struct IoSpec {
   IoRole role = IoRole::Input;  // outputs are IoRole::Output whatever they say
 };
 
+// How the stages drive a graph (docs/manifest.md, "Decoder contracts"): a language model
+// under the state contract (it keeps its KV cache as a state input) or the block contract
+// (a fixed block over a KV cache the host keeps); any other graph is bound by name alone.
+enum class GraphContract : std::uint8_t { Plain, DecoderState, DecoderBlock };
+
 // What a manifest graph entry hands to a backend.
 struct GraphBlob {
   std::string name;           // the manifest's key for the graph (for messages)
@@ -70,12 +75,28 @@ class Delegate {
   virtual std::vector<IoSpec> input_specs() const = 0;
   virtual std::vector<IoSpec> output_specs() const = 0;
   virtual void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) = 0;
+  // The contract the graph's kind (or, for a kind that runs any graph, its entry) declares.
+  virtual GraphContract contract() const { return GraphContract::Plain; }
 };
 
 using DelegateFactory = std::function<std::unique_ptr<Delegate>()>;
 
-// Backends register their kinds at start-up (see backends/registry.cpp).
+// Backends register their kinds when the registry is first used (the built-in ones are
+// listed in backends/builtin_backends.cpp).
 void register_delegate(const std::string& backend, const std::string& kind, DelegateFactory factory);
+
+// The backend that computes on the host's CPU. The runtime's own host-side work (a
+// table's rows, Qwen3-VL's stage F) runs on its graph kinds, so the runtime reaches the
+// CPU through this registry like any other backend.
+inline constexpr const char* kHostBackend = "cpu";
+
+// Process-wide settings of a backend, given before its first graph: "threads" for the
+// host backend, "htp_library" / "system_library" for qnn-htp. A backend registers what it
+// takes; it throws qhx::Error naming a setting it does not take.
+using BackendConfigurator = std::function<void(const nlohmann::json& settings)>;
+void register_backend_configurator(const std::string& backend, BackendConfigurator configure);
+// Throws qhx::Error when the backend is not built in or takes no settings.
+void configure_backend(const std::string& backend, const nlohmann::json& settings);
 
 // The file a graph entry names under `key` (e.g. "weights"), resolved against
 // blob.dir. Throws qhx::Error naming the graph if the key is missing or not a string.

@@ -117,7 +117,8 @@ nlohmann::json qnn_decoder(const nlohmann::json& desc, const std::string& which,
     }
     parts.push_back(std::move(part));
   }
-  return {{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"}, {"soc_model", soc_model}, {"parts", parts}};
+  return {{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"}, {"contract", "decoder_block"},
+          {"soc_model", soc_model}, {"parts", parts}};
 }
 
 // The CPU plan's stages with the language model split into its prefill and decode graphs.

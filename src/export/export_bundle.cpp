@@ -13,8 +13,7 @@
 #include "export/export_steps.hpp"
 #include "export/outlier_smoothing.hpp"
 #include "export/staged_bundle.hpp"
-#include "export/test_hooks.hpp"
-#include "formats/bundle_writer.hpp"
+#include "export/bundle_writer.hpp"
 #include "formats/quantize.hpp"
 #include "qhexrt/chat_template.hpp"
 #include "qhexrt/error.hpp"
@@ -34,7 +33,7 @@ class Progress {
     check_cancelled(options_);
     const bool first_half = 2 * done_ < total_;
     done_ += bytes;
-    if (first_half && 2 * done_ >= total_) export_test::pause_at("writing");
+    if (first_half && 2 * done_ >= total_) export_point("writing");
     if (!enabled_) return;
     const int pct = total_ == 0 ? 100 : static_cast<int>(100 * done_ / total_);
     if (pct == last_pct_) return;
@@ -265,7 +264,7 @@ ExportSummary export_bundle(const ExportOptions& o) {
     const WrittenFiles w = write_cpu_bundle(o, stage.dir());
     for (const auto& [name, d] : w.digests) stage.record(name, d);
     check_cancelled(o);
-    stage.publish(!export_test::no_exchange());
+    stage.publish(!export_no_exchange());
     ExportSummary s = published_summary(stage, w.vlm_manifest, w.text_manifest);
     s.smoothed_channels = w.smoothed_channels;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

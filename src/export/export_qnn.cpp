@@ -22,7 +22,6 @@
 #include "export/bundle_manifests.hpp"
 #include "export/export_steps.hpp"
 #include "export/staged_bundle.hpp"
-#include "export/test_hooks.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/export.hpp"
 #include "runtime/hf_dir_plan.hpp"
@@ -160,7 +159,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     stage.record(vlm, write_manifest(dir / vlm, qnn_vlm_manifest(files, hf, desc)));
     stage.record(text, write_manifest(dir / text, qnn_text_manifest(files, hf, desc)));
     check_cancelled(o);
-    stage.publish(!export_test::no_exchange());
+    stage.publish(!export_no_exchange());
     ExportSummary s = published_summary(stage, vlm, text);
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/file_digest.hpp"
+#include "common/test_hooks.hpp"
 #include "export/bundle_manifests.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/export.hpp"
@@ -14,6 +15,16 @@
 namespace qhx {
 
 class StagedBundle;
+
+// The test programs' seams (common/test_hooks.hpp, docs/bundle.md "Test hooks"): an export
+// point where a test may pause the export, and whether to publish without RENAME_EXCHANGE.
+inline void export_point(const char* point) {
+  if (const auto hook = test_hooks::hooks().export_point) hook(point);
+}
+inline bool export_no_exchange() {
+  const auto hook = test_hooks::hooks().export_no_exchange;
+  return hook != nullptr && hook();
+}
 
 struct WrittenFiles {
   BundleFiles names;

@@ -12,8 +12,8 @@
 
 #include "common/durable_file.hpp"
 #include "export/out_dir.hpp"
-#include "export/staging_names.hpp"
-#include "export/test_hooks.hpp"
+#include "formats/staging_names.hpp"
+#include "export/export_steps.hpp"
 #include "formats/bundle_checksums.hpp"
 #include "qhexrt/error.hpp"
 
@@ -64,7 +64,7 @@ StagedBundle::StagedBundle(const fs::path& out, const fs::path& source) : out_(c
     if (errno != EEXIST || attempt == 100)
       fail("cannot create the staging folder ", dir_.string(), ": ", std::strerror(errno));
   }
-  export_test::pause_at("staged");
+  export_point("staged");
 }
 
 StagedBundle::~StagedBundle() {
@@ -76,7 +76,7 @@ StagedBundle::~StagedBundle() {
 void StagedBundle::record(const std::string& name, const FileDigest& digest) { recorded_[name] = digest; }
 
 void StagedBundle::publish(bool exchange) {
-  export_test::pause_at("written");
+  export_point("written");
   // Every file, recorded or not (the QNN generator's are read here once), and every folder
   // to sync, deepest last in the list.
   std::map<std::string, FileDigest> files;
@@ -95,7 +95,7 @@ void StagedBundle::publish(bool exchange) {
   }
   write_checksums(dir_, files);
   for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) sync_dir(*d);
-  export_test::pause_at("publish");
+  export_point("publish");
 
   struct stat st;
   const bool replacing = ::lstat(out_.c_str(), &st) == 0;
@@ -111,7 +111,7 @@ void StagedBundle::publish(bool exchange) {
       // OUT puts it back if this process dies there, and the loader names it.
       old = sibling_path(out_, SiblingKind::Backup, static_cast<long>(::getpid()), tag_);
       if (::rename(out_.c_str(), old.c_str()) != 0) rename_fail(out_, old, errno);
-      export_test::pause_at("moved-aside");
+      export_point("moved-aside");
       if (::rename(dir_.c_str(), out_.c_str()) != 0) {
         const int err = errno;
         ::rename(old.c_str(), out_.c_str());
@@ -128,7 +128,7 @@ void StagedBundle::publish(bool exchange) {
     sync_dir(out_.parent_path());
   } catch (const Error&) {
   }
-  export_test::pause_at("swapped");
+  export_point("swapped");
   std::error_code ignored;
   if (!old.empty()) fs::remove_all(old, ignored);
 }

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/durable_file.hpp"
-#include "export/staging_names.hpp"
+#include "formats/staging_names.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx {

@@ -3,7 +3,7 @@
 #include "qhexrt/error.hpp"
 #include "qwen3vl/chat_template.hpp"
 #include "qwen3vl/rope_index.hpp"
-#include "nn/rope.hpp"
+#include "models/rope.hpp"
 
 #include <algorithm>
 

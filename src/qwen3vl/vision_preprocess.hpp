@@ -1,12 +1,12 @@
-// Host-side image preprocessing of Qwen3-VL ("stage F" of the seed), in f32:
-// the processor's rescale/normalize and patch flattening (spec §3.4–§3.6) and
-// the learned position embedding interpolated from its 48×48 table (§4.2).
+// Host-side image preprocessing of Qwen3-VL (the first step of the seed's "stage F"),
+// in f32: the processor's rescale/normalize and patch flattening (spec §3.4–§3.6).
+// The rest of stage F (patch embedding, position embedding) is the CPU graph kind
+// "qwen3vl.patch_embed" (backends/cpu/models/qwen3vl/patch_embed.hpp).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "backends/cpu/weights.hpp"
 
 namespace qhx::qwen3vl {
 
@@ -20,11 +20,5 @@ struct PatchLayout {
 // processor's formula), the single frame repeated `temporal` times.
 std::vector<float> pixel_values(const std::uint8_t* rgb, std::int64_t height, std::int64_t width,
                                 const PatchLayout& layout);
-
-// The position embedding of every patch of a t×gh×gw grid, [t·gh·gw, hidden],
-// in merge-window order: bilinear over the square table [side², hidden] with
-// align-corners coordinates computed exactly as torch.linspace in f32.
-std::vector<float> interpolate_pos_embed(const cpu::WeightMatrix& table, std::int64_t t, std::int64_t gh,
-                                         std::int64_t gw, std::int64_t merge);
 
 }  // namespace qhx::qwen3vl

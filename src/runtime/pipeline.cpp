@@ -9,19 +9,14 @@
 #include <future>
 #include <thread>
 
-#include "backends/qnn/qnn_runtime.hpp"
-#include "backends/cpu/checkpoint_weights.hpp"
-#include "backends/cpu/kernel_set.hpp"
 #include "common/limits.hpp"
 #include "common/mapping_guard.hpp"
-#include "export/staging_names.hpp"
+#include "formats/staging_names.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/run_context.hpp"
 #include "runtime/stage.hpp"
 #include "sampling/ngram_draft.hpp"
-#include "backends/qnn/qnn_runtime.hpp"
 #include "runtime/pipeline_impl.hpp"
-#include "backends/cpu/thread_pool.hpp"
 
 namespace qhx {
 
@@ -43,12 +38,12 @@ const Table& Resources::table(const std::string& name) const {
 
 const Table& Resources::matrix_table(const std::string& name) const {
   const Table& t = table(name);
-  if (t.matrix.data == nullptr) fail(manifest.source, ": table \"", name, "\" (", t.tensor, ") is not a matrix");
+  if (t.lookup == nullptr) fail(manifest.source, ": table \"", name, "\" (", t.tensor, ") is not a matrix");
   return t;
 }
 
 void Table::gather(const std::int32_t* ids, std::int64_t n, float* out) const {
-  cpu::active_kernels().gather_rows(matrix, ids, n, out);
+  lookup->run({{"ids", {DType::I32, {n}, const_cast<std::int32_t*>(ids)}}}, {{"rows", {DType::F32, {n, n_cols}, out}}});
 }
 
 const IoSpec& Graph::input(std::string_view n) const {
@@ -100,6 +95,13 @@ void Graph::run(std::span<const Binding> in, std::span<const Binding> out) {
   check_mapped_files(mappings);
 }
 
+std::string stage_ref(const ManifestStage& stage, const char* key) {
+  const auto it = stage.args.find(key);
+  if (it == stage.args.end() || !it->is_string())
+    fail(stage.path, ".", key, ": missing (the ", stage.op, " stage needs it)");
+  return it->get<std::string>();
+}
+
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
   if (stage.op == "load_images") return make_load_images_stage(stage, res);
   if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);
@@ -136,20 +138,31 @@ void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg
     blob.image_patches = side * side;
   }
   blob.weights_in_memory = res.weights_in_memory;
-  Graph g;
-  g.name = name;
-  g.mappings = res.mappings;
-  g.delegate = create_delegate(mg.backend, blob);
-  g.inputs = g.delegate->input_specs();
-  g.outputs = g.delegate->output_specs();
-  for (IoSpec& s : g.outputs) s.role = IoRole::Output;
-  for (const IoSpec& s : g.inputs)
-    if (s.role == IoRole::State && std::find(s.shape.begin(), s.shape.end(), -1) != s.shape.end())
-      fail("graph \"", name, "\": state input \"", s.name, "\" must have a fixed shape");
-  res.graphs.emplace(name, std::move(g));
+  res.graphs.emplace(name, graph_of(res, mg.backend, blob));
 }
 
 }  // namespace
+
+Graph graph_of(const Resources& res, const std::string& backend, const GraphBlob& blob) {
+  Graph g;
+  g.name = blob.name;
+  g.mappings = res.mappings;
+  g.delegate = create_delegate(backend, blob);
+  g.inputs = g.delegate->input_specs();
+  g.outputs = g.delegate->output_specs();
+  g.contract = g.delegate->contract();
+  for (IoSpec& s : g.outputs) s.role = IoRole::Output;
+  for (const IoSpec& s : g.inputs)
+    if (s.role == IoRole::State && std::find(s.shape.begin(), s.shape.end(), -1) != s.shape.end())
+      fail("graph \"", blob.name, "\": state input \"", s.name, "\" must have a fixed shape");
+  return g;
+}
+
+Graph host_graph(const Resources& res, const std::string& name, const std::string& kind, nlohmann::json spec) {
+  GraphBlob blob{name, kind, res.manifest.dir, std::move(spec), res.manifest.context_length,
+                 res.manifest.prefill_chunk, res.manifest.version};
+  return graph_of(res, kHostBackend, blob);
+}
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::Pipeline(Pipeline&&) noexcept = default;
@@ -233,9 +246,15 @@ void load_tables_and_graphs(Resources& res) {
     in_manifest(m, "tables." + name, [&, &name = name, &mt = mt] {
       Table t;
       t.file.emplace(Checkpoint::open(m.dir / mt.file));
+      t.path = mt.file;
       t.tensor = mt.tensor;
       const TensorView& v = t.file->get(mt.tensor);
-      if (v.shape.size() == 2) t.matrix = cpu::matrix_weight(*t.file, mt.tensor);  // any stored format
+      if (v.shape.size() == 2) {  // any stored format: the host backend reads it
+        t.lookup = std::make_unique<Graph>(
+            host_graph(res, "tables." + name, "gather", {{"weights", mt.file}, {"tensor", mt.tensor}}));
+        t.n_rows = v.shape[0];
+        t.n_cols = t.lookup->output("rows").shape[1];
+      }
       res.tables.emplace(name, std::move(t));
       return 0;
     });
@@ -259,10 +278,10 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   const MappingGroupScope mapping_scope(res.mappings);
   res.manifest = resolve_manifest(path, want_images);
   if (!options.qnn_backend_library.empty() || !options.qnn_system_library.empty()) {
-    qnn::LibraryNames names;
-    if (!options.qnn_backend_library.empty()) names.htp = options.qnn_backend_library;
-    if (!options.qnn_system_library.empty()) names.system = options.qnn_system_library;
-    qnn::request_libraries(names);
+    nlohmann::json libraries = nlohmann::json::object();
+    if (!options.qnn_backend_library.empty()) libraries["htp_library"] = options.qnn_backend_library;
+    if (!options.qnn_system_library.empty()) libraries["system_library"] = options.qnn_system_library;
+    configure_backend("qnn-htp", libraries);
   }
   const Manifest& m = res.manifest;
   res.family = in_manifest(m, "config", [&] { return load_model_family(m.model, m.dir / m.config); });
@@ -416,6 +435,16 @@ ImageCacheStats Pipeline::image_cache_stats() const {
   return {s.hits, s.misses, s.entries, s.bytes, s.capacity};
 }
 
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::MaxNewTokens: return "max_new_tokens";
+    case StopReason::StopToken: return "stop_token";
+    case StopReason::StopString: return "stop_string";
+    case StopReason::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
 int set_threads(int threads, std::string* warning) {
   if (threads < 0) fail("threads must be >= 0, got ", threads);
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -426,7 +455,7 @@ int set_threads(int threads, std::string* warning) {
                      " cores; using ", cores, " (more threads than cores only wait on each other)");
     n = cores;
   }
-  cpu::set_threads(n);
+  configure_backend(kHostBackend, {{"threads", n}});
   return n;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
+#include <filesystem>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -15,7 +16,6 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cpu/weights.hpp"
 #include "backends/delegate.hpp"
 #include "common/mapping_guard.hpp"
 #include "models/model_family.hpp"
@@ -25,32 +25,11 @@
 #include "qhexrt/session.hpp"
 #include "qhexrt/tokenizer.hpp"
 #include "runtime/image_cache.hpp"
+#include "runtime/kv_manager.hpp"
 #include "runtime/manifest.hpp"
 #include "sampling/sampler.hpp"
 
 namespace qhx {
-
-// A host-side tensor (the token embeddings, stage F's weights), mapped from its file.
-struct Table {
-  std::optional<Checkpoint> file;
-  std::string tensor;        // its name in the file
-  cpu::WeightMatrix matrix;  // [rows, cols] when the tensor is a matrix (else empty)
-
-  std::int64_t rows() const { return matrix.rows; }
-  std::int64_t cols() const { return matrix.cols; }
-  // out [n, cols] = the rows `ids` (checked by the caller), widened to f32 from
-  // whatever the file stores: a stage looks rows up without knowing how.
-  void gather(const std::int32_t* ids, std::int64_t n, float* out) const;
-};
-
-// A state tensor's memory (the KV cache; src/runtime/state_buffer.cpp): uninitialized
-// bytes on 2 MiB pages where the system grants them (decode streams the KV cache like the weights,
-// and 4 KiB pages would cost a TLB miss every few rows).
-struct StateFree {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-using StateBuffer = std::unique_ptr<std::byte[], StateFree>;
-StateBuffer make_state_buffer(std::size_t bytes);
 
 // A tensor bound to one of a graph's inputs or outputs by its contract name.
 struct Binding {
@@ -64,10 +43,7 @@ struct Graph {
   std::unique_ptr<Delegate> delegate;
   MappingGroup mappings = kNoMappingGroup;  // the pipeline's files, checked after every run
   std::vector<IoSpec> inputs, outputs;
-  std::vector<float> hidden;          // [T, hidden] output buffer of the language model, reused
-  std::vector<std::uint8_t> no_mask;  // [T] zeros, for calls without images
-  std::vector<float> block_in, block_mask, block_cos, block_sin, block_ds, block_out, new_k, new_v;  // AR contract scratch
-  std::vector<std::int32_t> block_pos;
+  GraphContract contract = GraphContract::Plain;  // what its kind declares (runtime/decoder.hpp)
 
   // The spec named `name`; throws naming the graph when it has none (a plan
   // that pairs a stage with a graph of another contract fails at load).
@@ -81,6 +57,22 @@ struct Graph {
   // never used.
   void run(std::initializer_list<Binding> inputs, std::initializer_list<Binding> outputs);
   void run(std::span<const Binding> inputs, std::span<const Binding> outputs);
+};
+
+// A host-side tensor the plan names (the token embeddings, stage F's weights), mapped
+// from its file. A matrix's rows are looked up by the host backend's "gather" graph, so a
+// stage looks rows up without knowing how the file stores them.
+struct Table {
+  std::optional<Checkpoint> file;
+  std::filesystem::path path;  // the manifest's file, relative to the plan's folder
+  std::string tensor;          // its name in the file
+  std::int64_t n_rows = 0, n_cols = 0;  // [rows, cols] when the tensor is a matrix (else 0)
+  std::unique_ptr<Graph> lookup;        // the host backend's rows of it, when it is a matrix
+
+  std::int64_t rows() const { return n_rows; }
+  std::int64_t cols() const { return n_cols; }
+  // out [n, cols] = the rows `ids` (checked by the caller), widened to f32.
+  void gather(const std::int32_t* ids, std::int64_t n, float* out) const;
 };
 
 struct Resources {
@@ -101,17 +93,17 @@ struct Resources {
   const Table& matrix_table(const std::string& name) const;  // throws unless the table is a matrix
 };
 
+// A graph of `backend` built from `blob`, its contract read once (its outputs marked so).
+Graph graph_of(const Resources& res, const std::string& backend, const GraphBlob& blob);
+// A graph of the host backend that the runtime builds itself rather than the plan listing
+// it (a table's rows, stage F): file names in `spec` resolve against the plan's folder.
+Graph host_graph(const Resources& res, const std::string& name, const std::string& kind, nlohmann::json spec);
+
 // What one conversation holds between requests: the ids whose keys and values
-// are in its state buffers (positions [0, ids.size())), and those buffers.
+// are in its KV cache (positions [0, ids.size())), and the cache, in the KV manager.
 struct SessionState {
   std::vector<std::int32_t> ids;
-  std::map<std::string, StateBuffer> buffers;  // by "graph.input"
-
-  // The buffer for `graph`'s state input `spec`, allocated on first use.
-  std::byte* buffer(const Graph& graph, const IoSpec& spec);
-  // A buffer of the session's own, by name, shared by the graphs that use it
-  // (the host-kept KV cache of graphs under the NPU contract).
-  std::byte* shared(const std::string& name, std::size_t bytes);
+  KvManager kv;
 };
 
 using Clock = std::chrono::steady_clock;

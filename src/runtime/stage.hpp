@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 
+#include "runtime/decoder.hpp"
 #include "runtime/manifest.hpp"
 #include "runtime/run_context.hpp"
 
@@ -39,18 +40,4 @@ void ensure_pixels(RunContext& ctx, RunContext::Image& im);
 // Helpers shared by the stages that run the language model.
 // The name of the graph or table the stage names under `key`; throws if absent.
 std::string stage_ref(const ManifestStage& stage, const char* key);
-// Runs `llm` on tokens [start, start+T) over the session's state and `lm_head`
-// on the last `logit_rows` rows of hidden (0: none, the lm-head is not run,
-// as for every prefill chunk but the last); logits land in `out`.
-void run_llm_step(Graph& llm, Graph& lm_head, SessionState& session, const ModelFamily& family, const float* embeds,
-                  const std::int32_t* positions, std::int64_t T, std::int64_t start, const float* deepstack,
-                  std::int64_t n_deepstack, const std::uint8_t* image_mask, std::int64_t logit_rows,
-                  std::vector<float>& out);
-// Checks at load that `llm` has one of the language model's contracts: a KV
-// cache as state (the CPU kind), or a fixed block over a host-kept cache (the
-// NPU graphs' contract, docs/manifest.md); and `lm_head` a linear's.
-void check_llm_contract(const Graph& llm, const Graph& lm_head);
-// The tokens per call of a block graph; 0 for a state graph (any count up to its chunk).
-std::int64_t llm_block(const Graph& llm);
-
 }  // namespace qhx

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/bundle_writer.hpp"
+#include "export/bundle_writer.hpp"
 #include "qhexrt/error.hpp"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "io/npy.hpp"
+#include "formats/npy.hpp"
 #include "qhexrt/error.hpp"
 
 namespace {

@@ -11,7 +11,7 @@
 
 #include "common/durable_file.hpp"
 #include "formats/bundle_checksums.hpp"
-#include "formats/bundle_writer.hpp"
+#include "export/bundle_writer.hpp"
 #include "test_support.hpp"
 
 namespace qhx {

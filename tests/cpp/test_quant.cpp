@@ -19,7 +19,7 @@
 #include "backends/cpu/checkpoint_weights.hpp"
 #include "backends/cpu/weights.hpp"
 #include "common/half.hpp"
-#include "formats/bundle_writer.hpp"
+#include "export/bundle_writer.hpp"
 #include "formats/quantize.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/safetensors.hpp"

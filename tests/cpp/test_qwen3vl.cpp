@@ -1,7 +1,7 @@
 // Model-family pieces of Qwen3-VL with expectations from the spec (§5.5, §6, §8).
 #include <gtest/gtest.h>
 
-#include "nn/rope.hpp"
+#include "models/rope.hpp"
 #include "qwen3vl/chat_template.hpp"
 #include "qwen3vl/rope_index.hpp"
 #include "test_support.hpp"

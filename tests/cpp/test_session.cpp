@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/kv_touch.hpp"
+#include "backends/cpu/nn/kv_touch.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/session.hpp"
 #include "runtime/manifest.hpp"

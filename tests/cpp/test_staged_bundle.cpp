@@ -10,7 +10,7 @@
 
 #include "export/out_dir.hpp"
 #include "export/staged_bundle.hpp"
-#include "export/staging_names.hpp"
+#include "formats/staging_names.hpp"
 #include "formats/bundle_checksums.hpp"
 #include "test_support.hpp"
 

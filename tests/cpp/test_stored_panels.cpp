@@ -17,7 +17,7 @@
 #include "backends/cpu/kernel_plan.hpp"
 #include "backends/cpu/stored_panels.hpp"
 #include "backends/cpu/stored_panels_file.hpp"
-#include "formats/bundle_writer.hpp"
+#include "export/bundle_writer.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/safetensors.hpp"
 #include "test_support.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "io/npy.hpp"
+#include "formats/npy.hpp"
 
 namespace {
 

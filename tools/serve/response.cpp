@@ -9,8 +9,8 @@ namespace qhx::serve {
 
 using nlohmann::json;
 
-std::string finish_reason(const std::string& stop_reason) {
-  return stop_reason == "max_new_tokens" ? "length" : "stop";
+std::string finish_reason(qhx::StopReason stop) {
+  return stop == qhx::StopReason::MaxNewTokens ? "length" : "stop";
 }
 
 json usage_json(const GenerationResult& r, double queue_ms) {
@@ -50,7 +50,7 @@ json completion_json(const Completion& c, const GenerationResult& r, double queu
           {"choices", json::array({{{"index", 0},
                                     {"message", message},
                                     {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason(r.stop_reason)}}})},
+                                    {"finish_reason", finish_reason(r.stop)}}})},
           {"usage", usage_json(r, queue_ms)}};
 }
 

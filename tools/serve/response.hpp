@@ -19,7 +19,7 @@ struct Completion {
   std::string model;
 };
 
-std::string finish_reason(const std::string& stop_reason);  // the runtime's -> OpenAI's
+std::string finish_reason(qhx::StopReason stop);  // the runtime's -> OpenAI's
 nlohmann::json usage_json(const GenerationResult& r, double queue_ms);
 nlohmann::json completion_json(const Completion& c, const GenerationResult& r, double queue_ms);
 // One chunk: `delta` ({"role": ...} / {"content": ...} / {}), finish_reason null unless given.

@@ -52,7 +52,7 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
     if (job.error) return;
     const auto& r = job.result;
     metrics_.completion(static_cast<std::int64_t>(r.prompt_tokens.size()), r.cached_tokens,
-                        static_cast<std::int64_t>(r.tokens.size()), r.stop_reason == "cancelled");
+                        static_cast<std::int64_t>(r.tokens.size()), r.stop == qhx::StopReason::Cancelled);
   };
 
   auto& s = *http_;
@@ -267,7 +267,7 @@ void Server::chat(const httplib::Request& req, httplib::Response& res) {
         if (job->error) {
           if (!write(sse(job->error->to_json()))) return false;
         } else {
-          if (!write(sse(chunk_json(c, json::object(), finish_reason(job->result.stop_reason))))) return false;
+          if (!write(sse(chunk_json(c, json::object(), finish_reason(job->result.stop))))) return false;
           if (include_usage && !write(sse(usage_chunk_json(c, job->result, job->queue_ms)))) return false;
         }
         if (!write(sse_data("[DONE]"))) return false;

@@ -130,10 +130,21 @@ class ContextGraph final : public Delegate {
     name_ = blob.name;
     for (const auto& [key, value] : blob.spec.items())
       if (key != "backend" && key != "kind" && key != "context_binary" && key != "graph" && key != "row_blocks" &&
-          key != "soc_model" && key != "emulator_binary" && key != "emulator_graph" && key != "parts")
+          key != "soc_model" && key != "emulator_binary" && key != "emulator_graph" && key != "parts" &&
+          key != "contract")
         fail("graph \"", name_, "\": unknown key \"", key,
              "\" for qnn.context_graph (known: context_binary, graph, emulator_binary, emulator_graph, soc_model, "
-             "row_blocks, parts)");
+             "row_blocks, parts, contract)");
+    // A decoder's entry declares the block contract; before "contract" (manifest version 6)
+    // the decoder was the graph given as "parts", which is how qhx_export wrote every decoder.
+    contract_ = blob.spec.contains("parts") ? GraphContract::DecoderBlock : GraphContract::Plain;
+    if (const auto it = blob.spec.find("contract"); it != blob.spec.end()) {
+      if (blob.manifest_version < 6)
+        fail("graph \"", name_, "\": \"contract\" needs qhexrt_manifest >= 6 (this plan says ", blob.manifest_version, ")");
+      if (*it == "decoder_block") contract_ = GraphContract::DecoderBlock;
+      else if (*it == "none") contract_ = GraphContract::Plain;
+      else fail("graph \"", name_, "\": \"contract\" must be \"decoder_block\" or \"none\"");
+    }
     if (const auto it = blob.spec.find("soc_model"); it != blob.spec.end()) {
       if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
         fail("graph \"", name_, "\": \"soc_model\" must be a Qnn_SocModel_t number");
@@ -168,6 +179,7 @@ class ContextGraph final : public Delegate {
 
   std::vector<IoSpec> input_specs() const override { return in_specs_; }
   std::vector<IoSpec> output_specs() const override { return out_specs_; }
+  GraphContract contract() const override { return contract_; }
 
   void execute(std::span<const TensorRef> in, std::span<const TensorRef> out) override {
     check_io(name_, in_specs_, in, "input");
@@ -395,6 +407,7 @@ class ContextGraph final : public Delegate {
   }
 
   std::string name_;
+  GraphContract contract_ = GraphContract::Plain;
   std::uint32_t soc_model_ = 0;
   std::vector<Part> parts_;
   bool row_blocks_ = false;
@@ -408,6 +421,16 @@ class ContextGraph final : public Delegate {
 
 void register_qnn_backend() {
   register_delegate("qnn-htp", "qnn.context_graph", [] { return std::make_unique<qnn::ContextGraph>(); });
+  register_backend_configurator("qnn-htp", [](const nlohmann::json& settings) {
+    qnn::LibraryNames names;
+    for (const auto& [key, value] : settings.items()) {
+      if (!value.is_string()) fail("backend \"qnn-htp\": setting \"", key, "\" must be a string");
+      if (key == "htp_library") names.htp = value.get<std::string>();
+      else if (key == "system_library") names.system = value.get<std::string>();
+      else fail("backend \"qnn-htp\" has no setting \"", key, "\" (it takes htp_library, system_library)");
+    }
+    qnn::request_libraries(names);
+  });
 }
 
 }  // namespace qhx

@@ -1,11 +1,11 @@
 // "decode": the generation loop. Each step samples a token from the latest
-// logits, streams its text (held back while it may be the start of a stop
-// string), stops on a stop token, a stop string, the token budget or the
-// caller's cancel, and otherwise runs that token through the model
-// (embed -> llm -> lm_head) at position p + rope_delta on all three rope axes.
-// Every token it runs joins the session's cache.
+// logits and emits it (Emitter: streams its text, held back while it may be the
+// start of a stop string; stops on a stop token, a stop string or the caller's
+// cancel), stops at the token budget, and otherwise runs that token through the
+// model (embed -> llm -> lm_head) at position p + rope_delta on all three rope
+// axes. Every token it runs joins the session's cache.
 //
-// Speculation (GenerationOptions::speculate): the token just
+// Speculation (GenerationOptions::speculate; Verifier): the token just
 // chosen runs together with up to K tokens drafted by prompt lookup, one graph
 // run of T = K + 1 rows with logits for every row. Draft j is accepted when
 // the token chosen from row j - 1 equals it; row j then already holds the next
@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "qhexrt/error.hpp"
+#include "runtime/decoder.hpp"
 #include "runtime/stage.hpp"
 #include "runtime/stop_strings.hpp"
 #include "sampling/ngram_draft.hpp"
@@ -24,27 +25,117 @@
 namespace qhx {
 namespace {
 
+// Emission: what a chosen token does to the answer. It joins the output, ends the answer
+// on a stop token, a stop string or the caller's cancel, and streams its text (held back
+// while it may be the start of a stop string).
+class Emitter {
+ public:
+  Emitter(RunContext& ctx, Resources& res) : ctx_(ctx), res_(res), stops_(ctx.options.stop), on_text_(ctx.options.on_text) {
+    if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
+  }
+
+  // Emits `tok`; false when the answer ends with it (ctx.result.stop says why).
+  bool emit(std::int32_t tok) {
+    GenerationResult& out = ctx_.result;
+    out.tokens.push_back(tok);
+    if (std::find(res_.stop_ids.begin(), res_.stop_ids.end(), tok) != res_.stop_ids.end()) return end(StopReason::StopToken);
+    if (tok < res_.tokenizer->vocab_size()) {
+      const std::string piece = stops_.push(ctx_.stream->push(tok));
+      if (stops_.stopped()) {
+        if (on_text_ && !piece.empty()) on_text_(piece);
+        return end(StopReason::StopString);
+      }
+      if (on_text_ && !piece.empty() && !on_text_(piece)) return end(StopReason::Cancelled);
+    }
+    return true;
+  }
+
+  // What the stream still holds back (a possible start of a stop string that never came).
+  void finish() {
+    const StopReason why = ctx_.result.stop;
+    if (why != StopReason::StopString && why != StopReason::Cancelled) {
+      ctx_.held_text = stops_.push(ctx_.stream->flush());
+      ctx_.held_text += stops_.flush();
+    }
+    ctx_.stream.reset();
+  }
+
+ private:
+  bool end(StopReason why) {
+    ctx_.result.stop = why;
+    return false;
+  }
+
+  RunContext& ctx_;
+  Resources& res_;
+  StopStrings stops_;
+  const std::function<bool(std::string_view)>& on_text_;
+};
+
+// Speculative verification (GenerationOptions::speculate, forced tokens): the token just
+// chosen runs together with up to K drafts in one graph run of K + 1 rows, with logits for
+// every row. Draft j is verified when the token chosen from row j - 1 equals it: its keys
+// and values are already cached, and row j holds the next logits.
+class Verifier {
+ public:
+  Verifier(std::int64_t max_drafts, std::int64_t vocab) : K_(max_drafts), V_(vocab) {}
+
+  // Copies this step's logits out of the last verification run, if it holds them.
+  void next_logits(std::vector<float>& logits) const {
+    if (live_) std::copy_n(rows_.data() + row_ * static_cast<std::size_t>(V_), V_, logits.data());
+  }
+  // Whether `tok` is the draft of the current row (then the step needs no graph run).
+  bool accept(std::int32_t tok) {
+    if (!live_ || row_ >= drafts_.size() || drafts_[row_] != tok) return false;
+    ++row_;
+    return true;
+  }
+  // The drafts for the run after `step`: forced tokens when there are, else by prompt lookup,
+  // only as far as the budget can use (the last row's logits choose token step + k + 1).
+  const std::vector<std::int32_t>& draft(std::int64_t step, std::int64_t max_new_tokens,
+                                         const std::vector<std::int32_t>& forced, const std::vector<std::int32_t>& history) {
+    live_ = false;
+    const std::int64_t k = std::min(K_, max_new_tokens - step - 2);
+    drafts_.clear();
+    if (k > 0 && !forced.empty()) {
+      const auto from = static_cast<std::size_t>(step + 1);
+      if (from < forced.size())
+        drafts_.assign(forced.begin() + static_cast<std::ptrdiff_t>(from),
+                       forced.begin() + static_cast<std::ptrdiff_t>(std::min(forced.size(), from + static_cast<std::size_t>(k))));
+    } else if (k > 0) {
+      ngram_draft(history, k, drafts_);
+    }
+    return drafts_;
+  }
+  // The run's logits [drafts + 1, V] land here; row 0 is the next step's.
+  std::vector<float>& rows() {
+    live_ = true;
+    row_ = 0;
+    return rows_;
+  }
+
+ private:
+  std::int64_t K_, V_;
+  std::vector<std::int32_t> drafts_;
+  std::vector<float> rows_;  // [drafts_.size() + 1, V] logits of the last verification run
+  std::size_t row_ = 0;      // the row of rows_ this step samples from
+  bool live_ = false;        // rows_ holds the current logits
+};
+
 class DecodeStage final : public Stage {
  public:
-  DecodeStage(std::string llm, std::string lm_head, std::string table)
-      : llm_(std::move(llm)), lm_head_(std::move(lm_head)), table_(std::move(table)) {}
+  DecodeStage(std::unique_ptr<Decoder> llm, Graph& lm_head, std::string table)
+      : llm_(std::move(llm)), head_(lm_head), table_(std::move(table)) {}
 
   void run(RunContext& ctx) override {
     Resources& res = ctx.res;
-    Graph& llm = res.graph(llm_);
-    Graph& head = res.graph(lm_head_);
     const Table& table = res.matrix_table(table_);
     if (ctx.logits.empty()) fail("decode: no logits to sample from (the plan needs a \"prefill\" stage first)");
     GenerationResult& out = ctx.result;
     Sampler sampler(ctx.sampling);
-    StopStrings stops(ctx.options.stop);
+    Emitter emitter(ctx, res);
     std::vector<std::int32_t> history = ctx.ids;  // the penalties see the prompt and the output
     const auto L = static_cast<std::int64_t>(ctx.ids.size());
-    const std::int64_t H = table.cols();
-    std::vector<float> x(static_cast<std::size_t>(H));
-    std::int32_t pos[3];
-    if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
-    const auto& on_text = ctx.options.on_text;
     // Sampling needs no separate acceptance rule: each token is still drawn
     // from its own exact row (one draw per token, as plain decode), and a draft
     // counts as accepted when the draw equals it. That accepts draft d with
@@ -56,113 +147,88 @@ class DecodeStage final : public Stage {
     // teacher forcing verifies K + 1 of them per graph run, and a benchmark
     // can time full verification steps on weights that never repeat.
     const auto& forced = ctx.options.forced_tokens;
-    const std::int64_t K = llm_block(llm) == 0 ? ctx.options.speculate : 0;
-    std::vector<std::int32_t> drafts, rows_in;
-    std::vector<float> rows_x;
-    std::vector<std::int32_t> rows_pos;
-    std::vector<float> step_rows;         // [drafts.size() + 1, V] logits of the last speculative run
-    std::size_t row = 0;                  // the row of step_rows this step samples from
-    bool spec_live = false;               // step_rows holds the current logits
-    const std::int64_t V = static_cast<std::int64_t>(ctx.logits.size());
+    Verifier verifier(llm_->block() == 0 ? ctx.options.speculate : 0, static_cast<std::int64_t>(ctx.logits.size()));
 
     const auto t_decode = Clock::now();
-    out.stop_reason = "max_new_tokens";
+    out.stop = StopReason::MaxNewTokens;
     for (std::int64_t step = 0; step < ctx.max_new_tokens; ++step) {
-      if (spec_live)  // this step's logits are row `row` of the last verification run
-        std::copy_n(step_rows.data() + row * static_cast<std::size_t>(V), V, ctx.logits.data());
+      verifier.next_logits(ctx.logits);
       if (ctx.options.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
       const std::int32_t tok = static_cast<std::size_t>(step) < forced.size() ? forced[static_cast<std::size_t>(step)]
                                                                               : sampler.sample(ctx.logits, history);
-      out.tokens.push_back(tok);
       history.push_back(tok);
       if (step == 0) out.timings.ttft_ms = ms_since(ctx.started);
-      if (std::find(res.stop_ids.begin(), res.stop_ids.end(), tok) != res.stop_ids.end()) {
-        out.stop_reason = "stop_token";
-        break;
-      }
-      if (tok < res.tokenizer->vocab_size()) {
-        const std::string piece = stops.push(ctx.stream->push(tok));
-        if (stops.stopped()) {
-          if (on_text && !piece.empty()) on_text(piece);
-          out.stop_reason = "stop_string";
-          break;
-        }
-        if (on_text && !piece.empty() && !on_text(piece)) {
-          out.stop_reason = "cancelled";
-          break;
-        }
-      }
+      if (!emitter.emit(tok)) break;
       if (step + 1 == ctx.max_new_tokens) break;  // budget spent: no need for the next logits
 
       if (tok < 0 || tok >= table.rows()) fail("decode: sampled token ", tok, " has no embedding");
       const std::int64_t p = L + step;  // sequence index of this token
-      if (spec_live && row < drafts.size() && drafts[row] == tok) {
-        // Verified: its keys and values are already cached at p, and row + 1 holds the next logits.
+      if (verifier.accept(tok)) {
         ctx.session.ids.push_back(tok);
         ++out.accepted_tokens;
-        ++row;
         continue;
       }
-      spec_live = false;
-      // Drafts only as far as the budget can use: the last row's logits choose token step + k + 1.
-      const std::int64_t k = std::min(K, ctx.max_new_tokens - step - 2);
-      drafts.clear();
-      if (k > 0 && !forced.empty()) {
-        const auto from = static_cast<std::size_t>(step + 1);
-        if (from < forced.size())
-          drafts.assign(forced.begin() + static_cast<std::ptrdiff_t>(from),
-                        forced.begin() + static_cast<std::ptrdiff_t>(std::min(forced.size(), from + static_cast<std::size_t>(k))));
-      } else if (k > 0) {
-        ngram_draft(history, k, drafts);
-      }
+      const auto& drafts = verifier.draft(step, ctx.max_new_tokens, forced, history);
       if (drafts.empty()) {
-        table.gather(&tok, 1, x.data());
-        std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
-        run_llm_step(llm, head, ctx.session, *res.family, x.data(), pos, 1, p, nullptr, 0, nullptr, 1, ctx.logits);
+        run_one(ctx, table, tok, p);
       } else {
-        const auto T = static_cast<std::int64_t>(drafts.size()) + 1;
-        rows_in.assign(1, tok);
-        rows_in.insert(rows_in.end(), drafts.begin(), drafts.end());
-        for (const std::int32_t d : drafts)
-          if (d < 0 || d >= table.rows()) fail("decode: drafted token ", d, " has no embedding");
-        rows_x.resize(static_cast<std::size_t>(T * H));
-        table.gather(rows_in.data(), T, rows_x.data());
-        rows_pos.resize(static_cast<std::size_t>(3 * T));
-        for (int a = 0; a < 3; ++a)
-          for (std::int64_t t = 0; t < T; ++t)
-            rows_pos[static_cast<std::size_t>(a * T + t)] = static_cast<std::int32_t>(p + t + ctx.rope_delta);
-        run_llm_step(llm, head, ctx.session, *res.family, rows_x.data(), rows_pos.data(), T, p, nullptr, 0, nullptr, T,
-                     step_rows);
-        out.draft_tokens += T - 1;
-        spec_live = true;
-        row = 0;
+        run_verification(ctx, table, tok, drafts, p, verifier.rows());
+        out.draft_tokens += static_cast<std::int64_t>(drafts.size());
       }
       ctx.session.ids.push_back(tok);
       ++out.timings.decode_steps;
     }
-    // What the stream still holds back (a possible start of a stop string that never came).
-    if (out.stop_reason != "stop_string" && out.stop_reason != "cancelled") {
-      ctx.held_text = stops.push(ctx.stream->flush());
-      ctx.held_text += stops.flush();
-    }
-    ctx.stream.reset();
+    emitter.finish();
+    out.stop_reason = stop_reason_name(out.stop);
     if (out.timings.decode_steps > 0)
       out.timings.decode_ms_per_token = ms_since(t_decode) / static_cast<double>(out.timings.decode_steps);
   }
 
  private:
-  std::string llm_, lm_head_, table_;
+  // `tok` through the model at sequence index p (position p + rope_delta on all three axes).
+  void run_one(RunContext& ctx, const Table& table, std::int32_t tok, std::int64_t p) {
+    x_.resize(static_cast<std::size_t>(table.cols()));
+    table.gather(&tok, 1, x_.data());
+    std::int32_t pos[3];
+    std::fill(std::begin(pos), std::end(pos), static_cast<std::int32_t>(p + ctx.rope_delta));
+    const DecoderStep step{.embeds = x_.data(), .positions = pos, .tokens = 1, .start = p, .logit_rows = 1};
+    run_decoder_step(*llm_, head_, ctx.session.kv, step, ctx.logits);
+  }
+
+  // `tok` and `drafts` through the model at [p, p + 1 + drafts), with logits for every row.
+  void run_verification(RunContext& ctx, const Table& table, std::int32_t tok, const std::vector<std::int32_t>& drafts,
+                        std::int64_t p, std::vector<float>& logits) {
+    const auto T = static_cast<std::int64_t>(drafts.size()) + 1;
+    rows_in_.assign(1, tok);
+    rows_in_.insert(rows_in_.end(), drafts.begin(), drafts.end());
+    for (const std::int32_t d : drafts)
+      if (d < 0 || d >= table.rows()) fail("decode: drafted token ", d, " has no embedding");
+    rows_x_.resize(static_cast<std::size_t>(T * table.cols()));
+    table.gather(rows_in_.data(), T, rows_x_.data());
+    rows_pos_.resize(static_cast<std::size_t>(3 * T));
+    for (int a = 0; a < 3; ++a)
+      for (std::int64_t t = 0; t < T; ++t)
+        rows_pos_[static_cast<std::size_t>(a * T + t)] = static_cast<std::int32_t>(p + t + ctx.rope_delta);
+    const DecoderStep step{.embeds = rows_x_.data(), .positions = rows_pos_.data(), .tokens = T, .start = p, .logit_rows = T};
+    run_decoder_step(*llm_, head_, ctx.session.kv, step, logits);
+  }
+
+  std::unique_ptr<Decoder> llm_;
+  Graph& head_;
+  std::string table_;
+  std::vector<float> x_, rows_x_;               // embeddings of the rows a step runs
+  std::vector<std::int32_t> rows_in_, rows_pos_;  // a verification run's tokens and positions
 };
 
 }  // namespace
 
 std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& res) {
-  std::string llm = stage_ref(stage, "graph");
-  std::string head = stage_ref(stage, "lm_head");
+  auto llm = Decoder::of(res.graph(stage_ref(stage, "graph")), *res.family);
+  Graph& head = res.graph(stage_ref(stage, "lm_head"));
+  check_lm_head(head);
   std::string table = stage_ref(stage, "table");
-  check_llm_contract(res.graph(llm), res.graph(head));
   (void)res.matrix_table(table);
-  return std::make_unique<DecodeStage>(std::move(llm), std::move(head), std::move(table));
+  return std::make_unique<DecodeStage>(std::move(llm), head, std::move(table));
 }
 
 }  // namespace qhx

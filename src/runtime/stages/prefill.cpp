@@ -12,17 +12,15 @@ namespace {
 
 class PrefillStage final : public Stage {
  public:
-  PrefillStage(std::string llm, std::string lm_head, std::string tail, bool one_by_one)
-      : llm_(std::move(llm)), lm_head_(std::move(lm_head)), tail_(std::move(tail)), one_by_one_(one_by_one) {}
+  PrefillStage(std::unique_ptr<Decoder> llm, Graph& lm_head, std::unique_ptr<Decoder> tail, bool one_by_one)
+      : llm_(std::move(llm)), head_(lm_head), tail_(std::move(tail)), one_by_one_(one_by_one) {}
 
   void run(RunContext& ctx) override {
     const auto t0 = Clock::now();
     Resources& res = ctx.res;
-    Graph& llm = res.graph(llm_);
-    Graph& head = res.graph(lm_head_);
     const auto L = static_cast<std::int64_t>(ctx.ids.size());
     const std::int64_t P = ctx.reused;
-    const std::int64_t H = llm.output("hidden").shape[1];
+    const std::int64_t H = llm_->hidden_size();
     if (static_cast<std::int64_t>(ctx.embeds.size()) != (L - P) * H)
       fail("prefill: no embeddings for the prompt (the plan needs an \"embed\" stage before \"prefill\")");
 
@@ -57,18 +55,18 @@ class PrefillStage final : public Stage {
     ctx.session.ids.resize(static_cast<std::size_t>(P));
     // "decode_over_prompt" feeds the prompt one token per call, as the seed's decode graph does.
     std::int64_t chunk = one_by_one_ ? 1 : res.manifest.prefill_chunk;
-    const std::int64_t block = llm_block(llm);
+    const std::int64_t block = llm_->block();
     if (block > 0) chunk = std::min(chunk, block);
     // A block graph takes a block while the past before it fits its past input; past
     // that, the rest of the prompt goes token by token through the tail graph (the
     // decode graph), as the context would otherwise be cut at CL - AR.
-    const std::int64_t room = block > 0 ? llm.input("past_key").shape[0] : L;
-    Graph* tail = tail_.empty() ? nullptr : &res.graph(tail_);
+    const std::int64_t room = block > 0 ? llm_->room() : L;
+    Decoder* tail = tail_.get();
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
     std::vector<float> logits;
     for (std::int64_t s = P, T = 0; s < L; s += T) {
-      Graph& g = s > room && tail != nullptr ? *tail : llm;
+      Decoder& g = s > room && tail != nullptr ? *tail : *llm_;
       T = std::min(&g == tail ? 1 : chunk, L - s);
       for (int a = 0; a < 3; ++a)  // the chunk's [3, T] slice of the [3, L] positions
         std::copy_n(ctx.positions.begin() + a * L + s, T, pos.begin() + a * T);
@@ -83,33 +81,39 @@ class PrefillStage final : public Stage {
       }
       const bool all_rows = ctx.options.keep_prompt_logits;
       const std::int64_t logit_rows = all_rows ? T : (s + T == L ? 1 : 0);  // the lm-head once, at the last token
-      run_llm_step(g, head, ctx.session, *res.family, ctx.embeds.data() + (s - P) * H, pos.data(), T, s, ds.data(), n_ds,
-                   mask.data() + (s - P), logit_rows, logits);
+      const DecoderStep step{.embeds = ctx.embeds.data() + (s - P) * H,
+                             .positions = pos.data(),
+                             .tokens = T,
+                             .start = s,
+                             .deepstack = ds.data(),
+                             .n_deepstack = n_ds,
+                             .image_mask = mask.data() + (s - P),
+                             .logit_rows = logit_rows};
+      run_decoder_step(g, head_, ctx.session.kv, step, logits);
       ctx.session.ids.insert(ctx.session.ids.end(), ctx.ids.begin() + s, ctx.ids.begin() + s + T);
       if (all_rows) ctx.result.prompt_logits.insert(ctx.result.prompt_logits.end(), logits.begin(), logits.end());
     }
-    const std::int64_t V = head.output("y").shape[1];
+    const std::int64_t V = head_.output("y").shape[1];
     ctx.logits.assign(logits.end() - V, logits.end());
     ctx.result.vocab = V;
     ctx.result.timings.prefill_ms = ms_since(t0);
   }
 
  private:
-  std::string llm_, lm_head_, tail_;  // tail_: "" or the graph that takes the prompt past the block graph's room
+  std::unique_ptr<Decoder> llm_;
+  Graph& head_;
+  std::unique_ptr<Decoder> tail_;  // null, or the graph that takes the prompt past the block graph's room
   bool one_by_one_;
 };
 
 }  // namespace
 
 std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources& res) {
-  std::string llm = stage_ref(stage, "graph");
-  std::string head = stage_ref(stage, "lm_head");
-  check_llm_contract(res.graph(llm), res.graph(head));
-  std::string tail;
-  if (stage.args.contains("tail_graph")) {
-    tail = stage_ref(stage, "tail_graph");
-    check_llm_contract(res.graph(tail), res.graph(head));
-  }
+  auto llm = Decoder::of(res.graph(stage_ref(stage, "graph")), *res.family);
+  Graph& head = res.graph(stage_ref(stage, "lm_head"));
+  check_lm_head(head);
+  std::unique_ptr<Decoder> tail;
+  if (stage.args.contains("tail_graph")) tail = Decoder::of(res.graph(stage_ref(stage, "tail_graph")), *res.family);
   std::string mode = "chunked";
   if (const auto it = stage.args.find("mode"); it != stage.args.end()) {
     if (!it->is_string()) fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\"");
@@ -117,7 +121,7 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
   }
   if (mode != "chunked" && mode != "decode_over_prompt")
     fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\", got \"", mode, "\"");
-  return std::make_unique<PrefillStage>(std::move(llm), std::move(head), std::move(tail), mode == "decode_over_prompt");
+  return std::make_unique<PrefillStage>(std::move(llm), head, std::move(tail), mode == "decode_over_prompt");
 }
 
 }  // namespace qhx

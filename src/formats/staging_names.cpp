@@ -1,4 +1,4 @@
-#include "export/staging_names.hpp"
+#include "formats/staging_names.hpp"
 
 #include <signal.h>
 #include <unistd.h>

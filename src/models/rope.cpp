@@ -1,4 +1,4 @@
-#include "nn/rope.hpp"
+#include "models/rope.hpp"
 
 #include <cmath>
 

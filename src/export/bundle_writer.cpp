@@ -1,4 +1,4 @@
-#include "formats/bundle_writer.hpp"
+#include "export/bundle_writer.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "nn/mlp.hpp"
+#include "backends/cpu/nn/mlp.hpp"
 
 namespace qhx::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/kv_touch.hpp"
+#include "backends/cpu/nn/kv_touch.hpp"
 
 #include <algorithm>
 

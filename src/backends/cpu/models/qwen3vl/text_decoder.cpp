@@ -1,4 +1,4 @@
-#include "qwen3vl/text_decoder.hpp"
+#include "backends/cpu/models/qwen3vl/text_decoder.hpp"
 
 #include <cmath>
 #include <algorithm>
@@ -11,10 +11,10 @@
 #include "backends/cpu/kernel_set.hpp"
 #include "common/debug_dump.hpp"
 #include "common/line_aligned.hpp"
-#include "nn/attention.hpp"
-#include "nn/mlp.hpp"
-#include "nn/kv_touch.hpp"
-#include "nn/rope.hpp"
+#include "backends/cpu/nn/attention.hpp"
+#include "backends/cpu/nn/mlp.hpp"
+#include "backends/cpu/nn/kv_touch.hpp"
+#include "models/rope.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/hf_config.hpp"
 #include "qhexrt/safetensors.hpp"
@@ -182,6 +182,7 @@ class TextDecoder final : public Delegate {
     cos_.resize(static_cast<std::size_t>(core_.max_t() * core_.config().head_dim));
     sin_.resize(cos_.size());
   }
+  GraphContract contract() const override { return GraphContract::DecoderState; }
   std::vector<IoSpec> input_specs() const override;
   std::vector<IoSpec> output_specs() const override;
   void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) override;
@@ -253,6 +254,7 @@ class TextDecoderAr final : public Delegate {
     ones_.assign(static_cast<std::size_t>(ar_), 1);
   }
 
+  GraphContract contract() const override { return GraphContract::DecoderBlock; }
   std::vector<IoSpec> input_specs() const override {
     const auto& c = core_.config();
     const std::int64_t past = core_.ctx() - ar_, half = c.head_dim / 2;

@@ -1,4 +1,4 @@
-#include "io/npy.hpp"
+#include "formats/npy.hpp"
 
 #include <bit>
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "qwen3vl/vision_encoder.hpp"
+#include "backends/cpu/models/qwen3vl/vision_encoder.hpp"
 #include "qwen3vl/vision_rope.hpp"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "nn/attention.hpp"
+#include "backends/cpu/nn/attention.hpp"
 
 #include <cmath>
 #include <cstring>
