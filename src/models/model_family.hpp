@@ -54,6 +54,8 @@ class ModelFamily {
   // cos/sin [T, head_dim/2] of positions [axes, T], the values the model's own
   // rotation uses (its two halves are equal under rotate_half).
   virtual void rope_tables(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const = 0;
+  // The width of a row of rope_tables (head_dim / 2).
+  virtual std::int64_t rope_width() const = 0;
   // The family's built-in chat template (the manifest's "chat_template": the family name).
   virtual std::string render_chat(const std::vector<Message>& messages, bool add_generation_prompt) const = 0;
 };

@@ -28,6 +28,7 @@ class Family final : public ModelFamily {
   Positions positions(std::span<const std::int32_t> ids, std::span<const ImageGrid> grids) const override;
   std::string render_chat(const std::vector<Message>& messages, bool add_generation_prompt) const override;
   void rope_tables(const std::int32_t* positions, std::int64_t T, float* cos, float* sin) const override;
+  std::int64_t rope_width() const override { return cfg_.text.head_dim / 2; }
 
  private:
   Qwen3VLConfig cfg_;

@@ -60,6 +60,9 @@ class BlockDecoder final : public Decoder {
     block_ = llm.input("inputs_embeds").shape[0];
     past_ = pk.shape[0];
     half_ = llm.input("rope_cos").shape[1];
+    if (half_ != family.rope_width())
+      fail("graph \"", llm.name, "\": rope_cos rows of ", half_, " for a model whose rope tables are ", family.rope_width(),
+           " wide");
     row_ = 1;  // floats of one token's keys over all layers
     for (std::size_t d = 1; d < pk.shape.size(); ++d) row_ *= pk.shape[d];
     deepstack_ = llm.has_input("deepstack") ? &llm.input("deepstack") : nullptr;
