@@ -73,8 +73,7 @@ APT_PACKAGES+=(
 )
 # --- end of the sanitizer build -------------------------------------------------
 # --- the compiler cache of scripts/test.sh ----------------------------------------
-# The Python package test builds libqhexrt.so again from a clone (pip wheel); ccache
-# hands it the Release build's objects instead of compiling them a second time.
+# A machine that ran the tests before recompiles only what changed (the Release build).
 APT_PACKAGES+=(
   ccache=4.8+really4.7.5-1
 )

@@ -25,14 +25,9 @@ echo "== [${SECONDS} s] references: the same tiny configs written and computed b
 HF_HUB_OFFLINE=1 "$QHX_PY_TF5" tests/reference/build_all.py --configs tiny_a_tf5,tiny_b_tf5
 bash scripts/setup_qnn.sh  # the qnn-htp backend's QAIRT libraries and v79 context binaries (docs/qnn.md)
 
-# The compiler cache: the Release build fills it, and the Python package test's
-# `pip wheel` of a clone (the same sources, flags and relative layout: CLONE/build, the
-# clone as deep below / as this checkout)
-# finds the library's objects there instead of compiling them again. BASEDIR=/ makes
-# the paths relative, so the two trees share entries; -Werror (the Release build's,
-# not pip's) does not change an object that compiled. ccache keys the compiler by the name it
-# is called by, and pip's build (scikit-build-core) takes Python's gcc/g++, so the Release
-# build names them too (CMake's default would be cc/c++, the same binaries, other keys).
+# The compiler cache: a machine that ran this before rebuilds only what changed. ccache keys
+# the compiler by the name it is called by, so the build names gcc/g++ (CMake's default would
+# be cc/c++, the same binaries, other keys); -Werror does not change an object that compiled.
 export CCACHE_DIR="${CCACHE_DIR:-$QHX_CACHE/ccache}" CCACHE_BASEDIR=/ CCACHE_IGNOREOPTIONS=-Werror \
   CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
 echo "== [${SECONDS} s] build (Release)"
@@ -59,9 +54,9 @@ echo "== [${SECONDS} s] Python tests: text parity on the plain reference kernels
 QHX_KERNELS=reference QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python/test_text_parity.py -q
 
 echo "== [${SECONDS} s] Python tests (parity with Hugging Face; fast kernels)"
-CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
-  QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q --durations=20
-ccache --show-stats | sed -n '1,6p'  # the package build's hits
+# The Python package test packages the Release build's libqhexrt.so (this checkout is HEAD)
+# from a clean clone with pip; tests/python/test_python_package.py says how.
+QHX_BIN="$QHX_ROOT/build/bin" "$QHX_PY" -m pytest tests/python -q --durations=20
 toy_rc=0; wait "$toy_pid" || toy_rc=$?
 echo "== the toy model's background training (exit code $toy_rc):"
 tail -c 1500 "$toy_log" | tr '\r' '\n' | tail -n 4

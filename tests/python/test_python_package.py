@@ -13,11 +13,16 @@ tree. Checked on the tiny reference checkpoint tiny_a against qhx_generate:
 - errors (a missing image file, bytes that are no image, a bad manifest, a missing path)
   raise qhexrt.Error with the runtime's message.
 
-The wheel build compiles libqhexrt.so from scratch (about 25 minutes at -j1 on a 2-core
-machine, ~8 at -j2; ~20 s when scripts/test.sh's compiler cache holds the Release build's
-objects), so the wheel is cached in $QHX_CACHE/python-wheels/<hash of HEAD's
-files but tests/ and docs/>/ and rebuilt only when they change (QHX_PY_WHEEL_REBUILD=1 forces it).
-CMAKE_BUILD_PARALLEL_LEVEL, if set, bounds the build's jobs.
+The wheel is built by pip from the clone either way; what goes into it:
+- when the checkout is clean (its tracked files are HEAD's, as in CI) and QHX_BIN's build has
+  libqhexrt.so, that library: pip runs the clone's CMake with QHX_PREBUILT_LIBRARY, which
+  packages it instead of compiling it a third time (the library is of the same commit; the
+  packaging path, pyproject.toml and the install rules, is the clone's). Seconds, not cached.
+- else (or with QHX_PY_WHEEL_FROM_SOURCE=1) libqhexrt.so compiled from the clone (about 25
+  minutes at -j1 on a 2-core machine, ~8 at -j2), so that wheel is cached in
+  $QHX_CACHE/python-wheels/<hash of HEAD's files but tests/ and docs/>/ and rebuilt only when
+  they change (QHX_PY_WHEEL_REBUILD=1 forces it). CMAKE_BUILD_PARALLEL_LEVEL, if set, bounds
+  the build's jobs.
 """
 
 from __future__ import annotations
@@ -104,10 +109,32 @@ def venv_python(tmp_path_factory):
             shutil.rmtree(clone_base, ignore_errors=True)
 
 
+def _prebuilt_library() -> Path | None:
+    """QHX_BIN's build's libqhexrt.so when it is HEAD's: the checkout's tracked files
+    unchanged since HEAD (untracked build folders aside); else None."""
+    if os.environ.get("QHX_PY_WHEEL_FROM_SOURCE") == "1":
+        return None
+    lib = tool_path("qhx_generate").parent.parent / "lib" / "libqhexrt.so.0"
+    dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"]).stdout.strip()
+    return lib.resolve() if lib.is_file() and not dirty else None
+
+
 def _build_and_install(work: Path, clone: Path) -> Path:
     """Clones HEAD into `clone`, builds (or takes from the cache) its wheel and installs it
     into a fresh venv in `work`; returns that venv's interpreter."""
     _run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO_ROOT), str(clone)])
+    prebuilt = _prebuilt_library()
+    if prebuilt is not None:
+        staging = work / "wheel"
+        t0 = time.monotonic()
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(staging),
+              "--config-settings=build-dir=build",
+              f"--config-settings=cmake.define.QHX_PREBUILT_LIBRARY={prebuilt}", str(clone)],
+             timeout=BUILD_TIMEOUT_S)
+        print(f"packaged the Release build's {prebuilt.name} into a wheel in {time.monotonic() - t0:.0f} s")
+        found = sorted(staging.glob("qhexrt-*.whl"))
+        assert len(found) == 1, found
+        return _install(work, found[0])
     wheels = cache_dir() / "python-wheels" / _source_key(clone)
     found = sorted(wheels.glob("qhexrt-*.whl")) if wheels.is_dir() else []
     if not found or os.environ.get("QHX_PY_WHEEL_REBUILD") == "1":
@@ -127,10 +154,15 @@ def _build_and_install(work: Path, clone: Path) -> Path:
             shutil.copy2(w, wheels / w.name)
         found = sorted(wheels.glob("qhexrt-*.whl"))
     assert len(found) == 1, found
+    return _install(work, found[0])
+
+
+def _install(work: Path, wheel: Path) -> Path:
+    """A fresh venv in `work` with `wheel` and the pins the package's image inputs use."""
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     py = venv / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "--quiet", str(found[0]), *_pins()])
+    _run([str(py), "-m", "pip", "install", "--quiet", str(wheel), *_pins()])
     return py
 
 
