@@ -28,7 +28,7 @@
 //                    before and just after each run's decode steps (`qhx_bench --bandwidth-probe`:
 //                    the roofline's read figure, in a child process; the prompt is prefilled by a
 //                    session's first turn, the steps decode in its second). The host's bandwidth
-//                    for two threads flips between two levels (~35 and ~60 GB/s on a Zen 4 VM)
+//                    for two threads flips between two levels on a shared host
 //                    within seconds, so only runs whose two probes agree within 10% count
 //                    (stable_runs), against the mean of their probes
 // Fractions (n/a without the roofline file; a limit is the better of its 1-thread and
@@ -103,41 +103,6 @@ std::string prompt_of(const qhx::Tokenizer& tok, std::int64_t n) {
   return text;
 }
 
-// A copy of a manifest with a larger context and absolute file names, in `dir`;
-// with `kv_cache` set, the decoder graph "llm" keeps its KV cache so.
-fs::path long_context_copy(const fs::path& manifest, std::int64_t context, const fs::path& dir,
-                           const std::string& kv_cache = "") {
-  json m = read_json(manifest);
-  const fs::path base = fs::absolute(manifest).parent_path();
-  auto abs = [&](json& v) {
-    if (v.is_string()) v = (base / v.get<std::string>()).string();
-  };
-  for (const char* key : {"config", "tokenizer"})
-    if (m.contains(key)) abs(m[key]);
-  // chat_template names a built-in ("qwen3vl", "none") or a file beside the manifest.
-  if (m.contains("chat_template") && m["chat_template"].is_string() && m["chat_template"] != "qwen3vl" &&
-      m["chat_template"] != "none")
-    abs(m["chat_template"]);
-  for (auto& [name, g] : m["graphs"].items())
-    for (const char* key : {"config", "weights"})
-      if (g.contains(key)) abs(g[key]);
-  if (m.contains("tables"))
-    for (auto& [name, t] : m["tables"].items())
-      if (t.contains("file")) abs(t["file"]);
-  m["context_length"] = context;
-  m["name"] = m.value("name", std::string("manifest")) + "-ctx" + std::to_string(context);
-  if (!kv_cache.empty()) {
-    m["graphs"]["llm"]["kv_cache"] = kv_cache;
-    if (kv_cache == "i8") m["qhexrt_manifest"] = std::max<std::int64_t>(m.value("qhexrt_manifest", 1), 5);
-  }
-  fs::create_directories(dir);
-  const fs::path out = dir / ("ctx" + std::to_string(context) + kv_cache + "-" + manifest.filename().string());
-  std::ofstream(out) << m.dump(2) << "\n";
-  return out;
-}
-
-// Opens a copy of the text manifest with a larger context (and KV cache type),
-// removed once opened: every file is mapped by its absolute name.
 // --weights-in-memory: every pipeline the benchmark opens reads its streamed weights into memory.
 bool g_weights_in_memory = false;
 
@@ -147,18 +112,13 @@ qhx::PipelineOptions bench_options() {
   return o;
 }
 
+// The text plan over a larger context (and a KV cache of another dtype): PipelineOptions'
+// overrides, checked as the manifest's own keys would be.
 qhx::Pipeline open_long_context(const fs::path& text_manifest, std::int64_t context, const std::string& kv_cache = "") {
-  const fs::path tmp = fs::temp_directory_path() / ("qhx_bench." + std::to_string(::getpid()) + kv_cache);
-  const fs::path manifest = long_context_copy(text_manifest, context, tmp, kv_cache);
-  std::cerr << "qhx_bench: open " << manifest.string() << std::endl;
-  try {
-    qhx::Pipeline p = qhx::Pipeline::open(manifest, bench_options());
-    fs::remove_all(tmp);
-    return p;
-  } catch (...) {
-    fs::remove_all(tmp);
-    throw;
-  }
+  qhx::PipelineOptions o = bench_options();
+  o.context_length = context;
+  if (!kv_cache.empty()) o.kv_cache = kv_cache;
+  return qhx::Pipeline::open(text_manifest, o);
 }
 
 qhx::SamplingParams greedy() {

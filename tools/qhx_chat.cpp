@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.hpp"
+#include "cli/model_flags.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -32,7 +33,6 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/session.hpp"
-#include "speculate_flag.hpp"
 
 namespace {
 
@@ -92,15 +92,12 @@ class LineReader {
 };
 
 struct Args {
-  std::string model, system, speculate;
+  std::string model, system;
   std::int64_t max_new = 0;
-  std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
-  std::optional<std::int32_t> top_k;
-  std::optional<std::uint64_t> seed;
-  std::optional<std::int64_t> image_cache_mb;
-  int threads = 0;
+  qhx_cli::SamplingFlags sampling;
+  qhx_cli::RuntimeFlags runtime;
+  qhx_cli::SpeculateFlag speculate;
   bool text_only = false;
-  bool weights_in_memory = false;
 };
 
 std::string trim(std::string s) {
@@ -145,14 +142,8 @@ const char* kHelp =
     "  Ctrl-C during an answer stops it.\n";
 
 int run(const Args& a) {
-  if (a.threads > 0) {
-    std::string warning;
-    qhx::set_threads(a.threads, &warning);
-    if (!warning.empty()) std::fprintf(stderr, "qhx_chat: warning: %s\n", warning.c_str());
-  }
-  qhx::PipelineOptions popts;
-  popts.image_cache_mb = a.image_cache_mb;
-  popts.weights_in_memory = a.weights_in_memory;
+  a.runtime.apply_threads("qhx_chat");
+  qhx::PipelineOptions popts = a.runtime.pipeline_options();
   std::optional<qhx::Pipeline> opened;
   if (!a.text_only) {
     try {
@@ -167,21 +158,8 @@ int run(const Args& a) {
 
   qhx::GenerationOptions opts;
   if (a.max_new > 0) opts.max_new_tokens = a.max_new;
-  qhx::SamplingParams s = pipe.default_sampling();
-  if (a.temp) {
-    s.temperature = *a.temp;
-    s.greedy = *a.temp == 0.0f;
-  }
-  if (a.top_k) s.top_k = *a.top_k;
-  if (a.top_p) s.top_p = *a.top_p;
-  if (a.min_p) s.min_p = *a.min_p;
-  if (a.repeat_penalty) s.repetition_penalty = *a.repeat_penalty;
-  if (a.presence_penalty) s.presence_penalty = *a.presence_penalty;
-  if (a.frequency_penalty) s.frequency_penalty = *a.frequency_penalty;
-  if (a.seed) s.seed = *a.seed;
-  s.validate();
-  opts.sampling = s;
-  if (!a.speculate.empty()) opts.speculate = qhx::parse_speculate(a.speculate);
+  opts.sampling = a.sampling.apply(pipe.default_sampling());
+  opts.speculate = a.speculate.tokens();
   opts.on_text = [](std::string_view text) {
     if (g_interrupts.load(std::memory_order_relaxed) > 0) return false;  // Ctrl-C: cancel the answer
     out(text);
@@ -290,24 +268,11 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("-n,--max-new-tokens", a.max_new, "tokens per answer at most (default: the manifest's)")
       ->check(qhx_cli::PositiveNumber);
-  app.add_option("--temp", a.temp, "temperature; 0 = greedy (default: the plan's)")->check(qhx_cli::NonNegativeNumber);
-  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(qhx_cli::NonNegativeNumber);
-  app.add_option("--top-p", a.top_p, "nucleus sampling threshold in (0, 1]");
-  app.add_option("--min-p", a.min_p, "drop tokens below min_p x the top probability");
-  app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
-  app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0 = off)");
-  app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty, times each token's count (0 = off)");
-  app.add_option("--seed", a.seed, "random seed for sampling");
+  a.sampling.add_to(app);
   app.add_option("--system", a.system, "a system message before the conversation");
-  app.add_option("--speculate", a.speculate,
-                 "exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K (K in 1..16) or off")
-      ->check(speculate_validator());
-  app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (0: off)")
-      ->check(qhx_cli::NonNegativeNumber);
-  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(qhx_cli::PositiveNumber);
+  a.speculate.add_to(app);
+  a.runtime.add_to(app);
   app.add_flag("--text-only", a.text_only, "for a bundle folder: its text manifest (no image stages)");
-  app.add_flag("--weights-in-memory", a.weights_in_memory,
-               "read the weights decode streams into memory in 2 MiB pages instead of mapping them: slower open, faster decode (docs/bundle.md, Mapped files)");
   QHX_CLI_PARSE(app, argc, argv);
   try {
     return run(a);

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "cli/cli.hpp"
+#include "cli/model_flags.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -31,19 +32,16 @@ double peak_rss_mb() {
 }
 
 struct Args {
-  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages, speculate, batch;
+  std::string model, prompt, system, dump_logits, dump_prompt_logits, dump_dir, resize, messages, batch;
   std::vector<std::string> images, stop;
-  std::optional<std::int64_t> image_cache_mb;
-  bool weights_in_memory = false;
+  qhx_cli::SamplingFlags sampling;
+  qhx_cli::RuntimeFlags runtime;
+  qhx_cli::SpeculateFlag speculate;
   bool replay = false;
   std::vector<std::int32_t> force_tokens;
   std::vector<std::string> positional;
   std::string qnn_backend, qnn_system;  // the seed's BACKEND and SYSTEM_LIB, when not "cpu"
   std::int64_t max_new = 0;
-  std::optional<float> temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
-  std::optional<std::int32_t> top_k;
-  std::optional<std::uint64_t> seed;
-  int threads = 0;
   bool raw = false, json = false, print_plan = false;
 };
 
@@ -73,21 +71,6 @@ void apply_positional(Args& a) {
   }
   a.prompt = p[5];
   if (p.size() == 7) a.images.push_back(p[6]);
-}
-
-qhx::SamplingParams sampling_from(const Args& a, qhx::SamplingParams s) {
-  if (a.temp) {
-    s.temperature = *a.temp;
-    s.greedy = *a.temp == 0.0f;
-  }
-  if (a.top_k) s.top_k = *a.top_k;
-  if (a.top_p) s.top_p = *a.top_p;
-  if (a.min_p) s.min_p = *a.min_p;
-  if (a.repeat_penalty) s.repetition_penalty = *a.repeat_penalty;
-  if (a.presence_penalty) s.presence_penalty = *a.presence_penalty;
-  if (a.frequency_penalty) s.frequency_penalty = *a.frequency_penalty;
-  if (a.seed) s.seed = *a.seed;
-  return s;
 }
 
 // Collects named intermediates (all rows of every call, in order) for --dump-dir.
@@ -163,11 +146,7 @@ int run(const Args& args_in) {
   Args a = args_in;
   if (!a.positional.empty()) apply_positional(a);
   if (a.model.empty()) qhx::fail("no model: give -m MANIFEST_OR_HF_DIR (or the positional form)");
-  if (a.threads > 0) {
-    std::string warning;
-    qhx::set_threads(a.threads, &warning);  // the CPU kernels' pool, capped at the cores there are
-    if (!warning.empty()) std::fprintf(stderr, "qhx_generate: warning: %s\n", warning.c_str());
-  }
+  a.runtime.apply_threads("qhx_generate");
 
   std::vector<BatchTask> batch;
   if (!a.batch.empty()) {
@@ -204,9 +183,7 @@ int run(const Args& args_in) {
     std::cout << qhx::Pipeline::plan(a.model, has_images) << std::endl;
     return 0;
   }
-  qhx::PipelineOptions popts;
-  popts.image_cache_mb = a.image_cache_mb;
-  popts.weights_in_memory = a.weights_in_memory;
+  qhx::PipelineOptions popts = a.runtime.pipeline_options();
   popts.qnn_backend_library = a.qnn_backend;
   popts.qnn_system_library = a.qnn_system;
   qhx::Pipeline pipe = qhx::Pipeline::open(a.model, popts, has_images);
@@ -220,10 +197,10 @@ int run(const Args& args_in) {
   qhx::GenerationOptions opts;
   if (a.max_new != 0) opts.max_new_tokens = a.max_new;
   if (!a.resize.empty()) opts.resize = a.resize;
-  opts.sampling = sampling_from(a, pipe.default_sampling());
+  opts.sampling = a.sampling.apply(pipe.default_sampling());
   opts.stop = a.stop;
   opts.forced_tokens = a.force_tokens;
-  if (!a.speculate.empty()) opts.speculate = qhx::parse_speculate(a.speculate);
+  opts.speculate = a.speculate.tokens();
   opts.keep_step_logits = !a.dump_logits.empty();
   opts.keep_prompt_logits = !a.dump_prompt_logits.empty();
   opts.on_text = [](std::string_view text) {
@@ -387,18 +364,9 @@ int main(int argc, char** argv) {
   app.add_option("-i,--image", a.images, "an image (repeatable); placed at each <image> in the prompt, else first");
   app.add_option("--resize", a.resize, "fixed (any image to the manifest's size) or native (keep aspect)")
       ->check(qhx_cli::IsMember({"fixed", "native"}));
-  app.add_option("--temp", a.temp, "temperature; 0 = greedy")->check(qhx_cli::NonNegativeNumber);
-  app.add_option("--top-k", a.top_k, "keep the k most likely tokens (0 = off)")->check(qhx_cli::NonNegativeNumber);
-  app.add_option("--top-p", a.top_p, "nucleus sampling threshold in (0, 1]");
-  app.add_option("--min-p", a.min_p, "drop tokens below min_p x the top probability, in [0, 1]");
-  app.add_option("--repeat-penalty", a.repeat_penalty, "repetition penalty (1 = off)");
-  app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0 = off)");
-  app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty, times each token's count (0 = off)");
-  app.add_option("--speculate", a.speculate,
-                 "ngram[:K]: verify up to K (default 4, at most 16) prompt-lookup drafted tokens per step; "
-                 "greedy only, same output");
-  app.add_option("--seed", a.seed, "random seed for sampling");
-  app.add_option("--threads", a.threads, "worker threads (default: physical cores)")->check(qhx_cli::PositiveNumber);
+  a.sampling.add_to(app);
+  a.speculate.add_to(app);
+  a.runtime.add_to(app);
   app.add_option("--system", a.system, "a system message before the user's");
   app.add_option("--messages", a.messages,
                  "a whole conversation: a JSON array of {role, content}; content a string or parts "
@@ -410,10 +378,6 @@ int main(int argc, char** argv) {
                  "many independent requests on one load: a JSON-lines file, one {prompt, image or images, system} "
                  "per line (paths relative to the file); prints one answer per line (or one JSON object with --json)");
   app.add_option("--stop", a.stop, "a stop string (repeatable): the answer ends before it");
-  app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
-      ->check(qhx_cli::NonNegativeNumber);
-  app.add_flag("--weights-in-memory", a.weights_in_memory,
-               "read the weights decode streams into memory in 2 MiB pages instead of mapping them: slower open, faster decode (docs/bundle.md, Mapped files)");
   app.add_flag("--raw", a.raw, "feed the prompt as is, without the chat template");
   app.add_flag("--json", a.json, "print one JSON object describing the run as the last stdout line");
   app.add_option("--dump-logits", a.dump_logits, "write the logits that chose each token to FILE.npy [steps, vocab]");

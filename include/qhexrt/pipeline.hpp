@@ -20,8 +20,6 @@
 
 namespace qhx {
 
-struct Manifest;  // the parsed plan (src/runtime/manifest.hpp)
-
 struct GenerationRequest {
   std::string prompt;
   std::optional<std::string> system;      // a system turn before the user's
@@ -89,20 +87,27 @@ struct PipelineOptions {
   // Read the weights every decode step streams (a bundle's decoder and lm-head
   // files, when the kernels use their panel-form matrices in place) into this
   // process's memory in 2 MiB pages, instead of mapping them: opening reads
-  // ~1.7 GB for the 2B (0.3-0.6 s instead of ~0.1 s), and decode runs up to ~17%
-  // faster where the mapping would be in 4 KiB page-cache pages (they stop the
+  // the files (~1.7 GB for the 2B), and decode runs faster where the mapping
+  // would be in 4 KiB page-cache pages (they stop the
   // weight stream's prefetchers at every page; a mapping gets 2 MiB pages where
   // the page cache holds the file in 2 MiB folios). For a long-running server
   // that wants that speed whatever the page cache holds, and its weights immune
   // to the files changing; docs/bundle.md, "Mapped files".
   bool weights_in_memory = false;
+  // The plan run over another context length (the KV cache's positions), as if its manifest
+  // said so: every check of the manifest applies. Empty: the plan's.
+  std::optional<std::int64_t> context_length;
+  // The KV cache of the plan's CPU decoder graphs (kind qwen3vl.text_decoder) kept in this
+  // dtype: "f32", "f16" or "i8" (docs/manifest.md, kv_cache). Empty: the plan's. A plan
+  // without such a graph is refused.
+  std::optional<std::string> kv_cache;
 };
 
 struct ImageCacheStats {
   std::int64_t hits = 0, misses = 0, entries = 0, bytes = 0, capacity_bytes = 0;
 };
 
-// Sets the CPU kernels' worker threads (0: one per physical core). More threads
+// Sets the CPU kernels' worker threads (0: one per logical CPU). More threads
 // than the machine has cores only slow every step down, so the count is capped
 // at the cores there are; returns the count in effect, and `warning` (if given)
 // receives a sentence when the request was capped.
@@ -127,7 +132,6 @@ class Pipeline {
   Pipeline& operator=(Pipeline&&) noexcept;
   ~Pipeline();
 
-  const Manifest& manifest() const;
   const Tokenizer& tokenizer() const;
   double load_ms() const;
 

@@ -42,8 +42,7 @@ struct TensorView {
 // copies nothing (and processes share the pages). InMemory: read into this
 // process's memory in 2 MiB pages at open, for weights that every decode step
 // streams in full: 4 KiB page-cache pages cost such a stream a TLB miss and a
-// stop of the hardware prefetchers at every page (a 2B w8 decode step ~17%
-// slower on a Zen 4 VM; src/common/mapped_file.cpp).
+// stop of the hardware prefetchers at every page (docs/bundle.md, "Mapped files").
 enum class FileResidency { Mapped, InMemory };
 
 // One .safetensors file.

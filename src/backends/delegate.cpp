@@ -1,4 +1,5 @@
 #include "backends/delegate.hpp"
+#include "common/shape_str.hpp"
 
 #include <map>
 #include <mutex>
@@ -27,12 +28,6 @@ std::map<std::string, BackendConfigurator>& configurators() {
 void ensure_builtin_backends() {
   static std::once_flag once;
   std::call_once(once, [] { register_builtin_backends(); });
-}
-
-std::string shape_str(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
 }
 
 }  // namespace

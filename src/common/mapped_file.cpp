@@ -13,23 +13,23 @@
 #include <utility>
 #include <vector>
 
+#include "common/huge_pages.hpp"
 #include "common/mapping_guard.hpp"
 
 namespace qhx {
 
 namespace {
 
-constexpr std::size_t kHuge = std::size_t{2} << 20;
+constexpr std::size_t kHuge = kHugePageBytes;
 
 // The file mapped read-only at a 2 MiB-aligned address and advised for huge
 // pages. Where the page cache holds the file in 2 MiB folios (Linux 6.16+ on
 // ext4 and xfs reads them so for a mapping advised MADV_HUGEPAGE; qhx_export
 // drops what it wrote from the cache so the first reader does), the kernel maps
 // them with one page-table entry per 2 MiB instead of 512: the weight stream of
-// a decode step then takes no TLB miss and no prefetcher stop every 4 KiB. On
-// the 2-core Zen 4 VM one thread streamed a mapped 1.4 GB decoder file at
-// 27 GB/s in 4 KiB pages and 33-34 GB/s in 2 MiB pages, and faulting the whole
-// file in took 0.005 s instead of 0.19. Elsewhere (small folios, other file
+// a decode step then takes no TLB miss and no prefetcher stop every 4 KiB, and
+// faulting the file in takes one fault per 2 MiB (the figures are in
+// docs/bundle.md, "Mapped files"). Elsewhere (small folios, other file
 // systems, THP off) this is an ordinary mapping. MAP_FAILED on failure.
 void* map_aligned(int fd, std::size_t size) {
   if (size < kHuge) return ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -110,24 +110,17 @@ MappedFile::~MappedFile() { reset(); }
 // A file whose bytes a decode step streams in full (a bundle's decoder weights)
 // is read, not mapped: page-cache pages are 4 KiB, and each one costs the
 // stream a TLB miss and a stop of the hardware prefetchers, which work within
-// a page. In anonymous memory advised for 2 MiB pages a decode step of the 2B
-// w8 bundle took 30.2-33.7 ms where the mapped file took 37.4-40.4 (alternating
-// processes on a 2-core Zen 4 VM, read bandwidth 53-57 GB/s around them); the
-// price is reading the file at open (1.35 GB in 0.14 s on two threads from the
-// page cache). The file is read in 2 MiB-aligned slices by up to four threads,
+// a page. In anonymous memory advised for 2 MiB pages decode streams it faster
+// (docs/bundle.md, "Mapped files"); the price is reading the file at open. The
+// file is read in 2 MiB-aligned slices by up to four threads,
 // and its size and modification time must be the same before and after.
 void MappedFile::read_into_memory(int fd) {
   struct stat before {};
   if (::fstat(fd, &before) != 0) fail(path_.string(), ": cannot stat: ", std::strerror(errno));
-  const std::size_t bytes = (size_ + kHuge - 1) / kHuge * kHuge;
-  void* region = ::mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (region == MAP_FAILED) fail(path_.string(), ": cannot allocate ", size_, " bytes to read it into: ", std::strerror(errno));
-  region_ = static_cast<std::byte*>(region);
-  region_bytes_ = bytes + kHuge;
-  auto* dst = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(region) + kHuge - 1) / kHuge * kHuge);
-#ifdef MADV_HUGEPAGE
-  ::madvise(dst, bytes, MADV_HUGEPAGE);  // advisory: without it the copy is still correct
-#endif
+  const HugeRegion region = map_huge(size_);
+  if (region.data == nullptr) fail(path_.string(), ": cannot allocate ", size_, " bytes to read it into: ", std::strerror(errno));
+  region_ = region;
+  std::byte* dst = region.data;
   const std::size_t slices = (size_ + kHuge - 1) / kHuge;
   const unsigned threads = static_cast<unsigned>(std::clamp<std::size_t>(std::min<std::size_t>(slices, std::thread::hardware_concurrency()), 1, 4));
   std::vector<int> errors(threads, 0);
@@ -162,7 +155,7 @@ void MappedFile::read_into_memory(int fd) {
   if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec)
     throw FileChangedError(path_.string() + ": the file changed while it was read");
-  ::mprotect(dst, bytes, PROT_READ);  // the copy is as read-only as a mapping would be
+  ::mprotect(dst, region.bytes, PROT_READ);  // the copy is as read-only as a mapping would be
   data_ = dst;
 }
 
@@ -171,8 +164,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       slot_(std::exchange(other.slot_, -1)),
-      region_(std::exchange(other.region_, nullptr)),
-      region_bytes_(std::exchange(other.region_bytes_, 0)) {}
+      region_(std::exchange(other.region_, HugeRegion{})) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -181,8 +173,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     slot_ = std::exchange(other.slot_, -1);
-    region_ = std::exchange(other.region_, nullptr);
-    region_bytes_ = std::exchange(other.region_bytes_, 0);
+    region_ = std::exchange(other.region_, HugeRegion{});
   }
   return *this;
 }
@@ -197,15 +188,14 @@ void MappedFile::reset() noexcept {
   // Unregistered first: the guard must never take a fault in a range that is
   // unmapped (and maybe mapped again by someone else) for ours.
   if (slot_ >= 0) mapping_registry::remove(slot_);
-  if (region_ != nullptr)
-    ::munmap(region_, region_bytes_);
+  if (region_.base != nullptr)
+    unmap_huge(region_);
   else if (data_ != nullptr)
     ::munmap(const_cast<std::byte*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
   slot_ = -1;
-  region_ = nullptr;
-  region_bytes_ = 0;
+  region_ = HugeRegion{};
 }
 
 }  // namespace qhx

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <filesystem>
 
+#include "common/huge_pages.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx {
@@ -60,8 +61,7 @@ class MappedFile {
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   int slot_ = -1;  // in the mapping registry; -1 for an empty file (nothing mapped) or one in memory
-  std::byte* region_ = nullptr;  // in memory: the anonymous mapping data_ lies in, and its length
-  std::size_t region_bytes_ = 0;
+  HugeRegion region_;  // in memory: the anonymous mapping data_ lies in
 };
 
 }  // namespace qhx

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/stored_panels.hpp"
 #include "common/durable_file.hpp"
+#include "common/shape_str.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/safetensors.hpp"
 
@@ -24,12 +25,6 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-std::string shape_str(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // numel * dtype_size, checked for negative dimensions and overflow.
 std::uint64_t byte_count(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {

@@ -1,6 +1,6 @@
 // Where an export writes before its bundle exists (docs/bundle.md, "How a bundle is
 // written"). The constructor checks OUT (export/out_dir.hpp), tidies what killed exports of
-// OUT left beside it (export/staging_names.hpp: a previous bundle moved aside goes back in
+// OUT left beside it (formats/staging_names.hpp: a previous bundle moved aside goes back in
 // place, dead staging folders are removed) and creates a fresh staging folder beside OUT.
 // publish() records every file's checksum (checksums.json), syncs the folder and swaps it
 // into place in one rename. Destroyed unpublished (an error on the way), it removes its

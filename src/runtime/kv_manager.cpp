@@ -1,7 +1,5 @@
 #include "runtime/kv_manager.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -14,19 +12,11 @@
 
 namespace qhx {
 
-void StateFree::operator()(std::byte* p) const { std::free(p); }
-
 StateBuffer make_state_buffer(std::size_t bytes) {
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
-  if (bytes > SIZE_MAX - kHuge) fail("out of memory: a graph's state needs ", bytes, " bytes");
-  const std::size_t rounded = std::max<std::size_t>((bytes + kHuge - 1) / kHuge * kHuge, kHuge);
-  void* p = std::aligned_alloc(kHuge, rounded);
-  if (p == nullptr) fail("out of memory: a graph's state needs ", rounded, " bytes");
-#ifdef MADV_HUGEPAGE
-  madvise(p, rounded, MADV_HUGEPAGE);  // advisory: failure is harmless
-#endif
-  if (const auto hook = test_hooks::hooks().new_state) hook(p, rounded);  // tests: poisoned bytes
-  return StateBuffer(static_cast<std::byte*>(p));
+  const HugeRegion r = map_huge(bytes);
+  if (r.data == nullptr) fail("out of memory: a graph's state needs ", bytes, " bytes");
+  if (const auto hook = test_hooks::hooks().new_state) hook(r.data, r.bytes);  // tests: poisoned bytes
+  return StateBuffer(r.data, StateFree{r});
 }
 
 std::byte* KvManager::state(const Graph& graph, const IoSpec& spec) {

@@ -21,17 +21,18 @@
 #include <vector>
 
 #include "backends/delegate.hpp"
+#include "common/huge_pages.hpp"
 
 namespace qhx {
 
 struct Graph;
 class ModelFamily;
 
-// A state tensor's memory (src/runtime/state_buffer.cpp): uninitialized bytes on 2 MiB
-// pages where the system grants them (decode streams the KV cache like the weights, and 4 KiB
-// pages would cost a TLB miss every few rows).
+// A state tensor's memory: on 2 MiB pages where the system grants them (decode streams the
+// KV cache like the weights, and 4 KiB pages would cost a TLB miss every few rows).
 struct StateFree {
-  void operator()(std::byte* p) const;
+  HugeRegion region;
+  void operator()(std::byte*) const { unmap_huge(region); }
 };
 using StateBuffer = std::unique_ptr<std::byte[], StateFree>;
 StateBuffer make_state_buffer(std::size_t bytes);

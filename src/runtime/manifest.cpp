@@ -61,12 +61,6 @@ void reject_unknown_keys(const Section& s, const Json& obj, std::initializer_lis
 
 }  // namespace
 
-const std::vector<std::string>& known_stage_ops() {
-  static const std::vector<std::string> ops = {"load_images", "tokenize", "patch_embed", "vision",
-                                                "embed",       "prefill",  "decode",      "detokenize"};
-  return ops;
-}
-
 Manifest parse_manifest(std::string_view json_text, const std::string& source, const std::filesystem::path& dir) {
   check_json_text(json_text, source);
   Json root;

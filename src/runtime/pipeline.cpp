@@ -102,18 +102,6 @@ std::string stage_ref(const ManifestStage& stage, const char* key) {
   return it->get<std::string>();
 }
 
-std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res) {
-  if (stage.op == "load_images") return make_load_images_stage(stage, res);
-  if (stage.op == "patch_embed") return make_patch_embed_stage(stage, res);
-  if (stage.op == "vision") return make_vision_stage(stage, res);
-  if (stage.op == "tokenize") return make_tokenize_stage(stage, res);
-  if (stage.op == "embed") return make_embed_stage(stage, res);
-  if (stage.op == "prefill") return make_prefill_stage(stage, res);
-  if (stage.op == "decode") return make_decode_stage(stage, res);
-  if (stage.op == "detokenize") return make_detokenize_stage(stage, res);
-  fail(stage.path, ".op: unknown stage \"", stage.op, "\"");
-}
-
 namespace {
 
 // Wraps errors from loading a part of the plan with the manifest's name.
@@ -268,6 +256,31 @@ void load_tables_and_graphs(Resources& res) {
 
 }  // namespace
 
+namespace {
+
+// The plan with PipelineOptions' overrides written into its manifest and parsed again, so
+// every check of a manifest applies to them.
+Manifest with_overrides(Manifest m, const PipelineOptions& o) {
+  if (!o.context_length && !o.kv_cache) return m;
+  nlohmann::json j = m.json;
+  if (o.context_length) j["context_length"] = *o.context_length;
+  if (o.kv_cache) {
+    bool any = false;
+    for (auto& [name, g] : j["graphs"].items())
+      if (g.is_object() && g.value("kind", "") == "qwen3vl.text_decoder") {
+        g["kv_cache"] = *o.kv_cache;
+        any = true;
+      }
+    if (!any)
+      fail(m.source, ": PipelineOptions::kv_cache \"", *o.kv_cache,
+           "\": the plan has no graph whose KV cache dtype can be chosen (kind qwen3vl.text_decoder)");
+    j["qhexrt_manifest"] = std::max<std::int64_t>(m.version, 5);  // kv_cache and its "i8" value
+  }
+  return parse_manifest(j.dump(), m.source, m.dir);
+}
+
+}  // namespace
+
 Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions& options, bool want_images) {
   const auto t0 = Clock::now();
   auto impl = std::make_unique<Impl>();
@@ -276,7 +289,7 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   res.mappings = new_mapping_group();
   res.weights_in_memory = options.weights_in_memory;
   const MappingGroupScope mapping_scope(res.mappings);
-  res.manifest = resolve_manifest(path, want_images);
+  res.manifest = with_overrides(resolve_manifest(path, want_images), options);
   if (!options.qnn_backend_library.empty() || !options.qnn_system_library.empty()) {
     nlohmann::json libraries = nlohmann::json::object();
     if (!options.qnn_backend_library.empty()) libraries["htp_library"] = options.qnn_backend_library;
@@ -323,7 +336,6 @@ Pipeline Pipeline::open(const std::filesystem::path& path, const PipelineOptions
   return Pipeline(std::move(impl));
 }
 
-const Manifest& Pipeline::manifest() const { return impl_->res.manifest; }
 const Tokenizer& Pipeline::tokenizer() const { return *impl_->res.tokenizer; }
 double Pipeline::load_ms() const { return impl_->load_ms; }
 

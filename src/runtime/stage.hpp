@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "runtime/decoder.hpp"
 #include "runtime/manifest.hpp"
@@ -22,15 +23,14 @@ class Stage {
 // Throws qhx::Error naming the stage's JSON path if its arguments are wrong.
 std::unique_ptr<Stage> make_stage(const ManifestStage& stage, Resources& res);
 
-// One constructor per op (src/runtime/stages/*.cpp).
-std::unique_ptr<Stage> make_load_images_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_patch_embed_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_vision_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_tokenize_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_embed_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& res);
-std::unique_ptr<Stage> make_detokenize_stage(const ManifestStage& stage, Resources& res);
+// Every op and its constructor: the one table (src/runtime/stages/stage_table.cpp), which
+// known_stage_ops() (manifest.hpp) lists for the manifest's checks too.
+using StageFactory = std::unique_ptr<Stage> (*)(const ManifestStage& stage, Resources& res);
+struct StageOp {
+  std::string_view op;
+  StageFactory make;
+};
+std::span<const StageOp> stage_ops();
 
 // Decodes and resizes an image's encoded bytes into im.rgb (and its size and pixel hash).
 void decode_resized(RunContext& ctx, RunContext::Image& im, std::span<const std::uint8_t> bytes);

@@ -1,6 +1,6 @@
 // Loading a Hugging Face tokenizer.json (Qwen2/Qwen3 flavour) and the
 // encode/decode pipelines. The file is 11 MB of JSON, so it is parsed with
-// simdjson to keep load time well under the 150 ms budget.
+// simdjson: the load time is most of a pipeline's open once the weights are mapped.
 #include "qhexrt/tokenizer.hpp"
 
 #include <simdjson.h>

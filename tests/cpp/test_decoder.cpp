@@ -350,7 +350,7 @@ TEST(Decoder, BlockContractRefusesStepsItCannotHold) {
 // --- the stages, through a pipeline whose language model and lm-head are fakes --------------
 
 class FakeModelStages : public ::testing::TestWithParam<std::string> {
- protected:
+ public:
   // tiny_a's default plan (its tokenizer, template and embedding table) with fake graphs.
   static std::filesystem::path plan(const test::TempDir& dir, const std::string& contract) {
     register_fakes();
@@ -437,6 +437,31 @@ TEST_P(FakeModelStages, ForcedTokensAreVerifiedKPlusOneARun) {
     EXPECT_EQ(decode, (std::vector<Call>{{1, L}, {1, L + 1}, {1, L + 2}, {1, L + 3}, {1, L + 4}}));
     EXPECT_EQ(r.draft_tokens, 0);
   }
+}
+
+// PipelineOptions' overrides go through the manifest's own checks.
+TEST(PipelineOverrides, ContextLengthAndKvCache) {
+  const auto ckpt = test::cache_dir() / "reference" / "tiny_a" / "checkpoint";
+  PipelineOptions o;
+  o.context_length = 48;
+  o.kv_cache = "i8";
+  Pipeline p = Pipeline::open(ckpt, o);
+  EXPECT_EQ(p.context_length(), 48);
+  GenerationRequest long_prompt;
+  for (int i = 0; i < 60; ++i) long_prompt.prompt += "word ";
+  long_prompt.max_new_tokens = 1;
+  test::expect_error([&] { p.generate(long_prompt); }, {"context"});
+  o.kv_cache = "f8";
+  test::expect_error([&] { Pipeline::open(ckpt, o); }, {"kv_cache", "f8"});
+  o.kv_cache.reset();
+  o.context_length = 0;
+  test::expect_error([&] { Pipeline::open(ckpt, o); }, {"context_length"});
+  // A plan whose language model is no CPU decoder has no KV cache dtype to choose.
+  test::TempDir dir;
+  PipelineOptions kv;
+  kv.kv_cache = "f16";
+  test::expect_error([&] { Pipeline::open(FakeModelStages::plan(dir, "state"), kv); },
+                     {"PipelineOptions::kv_cache", "qwen3vl.text_decoder"});
 }
 
 }  // namespace

@@ -4,9 +4,9 @@ Environment (the same names as scripts/env.sh and tests/CMakeLists.txt):
   QHX_TOKENIZER_JSON  the real tokenizer.json (default $QHX_CACHE/tokenizer/tokenizer.json,
                       QHX_CACHE defaulting to ~/.cache/qhexrt)
   QHX_BIN             directory of the built tools (default <repo>/build/bin)
-  QHX_TEST_POISON_STATE  set to 1 here unless given: the runtime fills new session state with
+  QHX_TEST_POISON_STATE  set to 1 here unless given: the tools fill new session state with
                       NaN bytes, so a graph reading state it never wrote changes the output
-                      (src/runtime/state_buffer.cpp)
+                      (src/testing/test_hooks_env.cpp; the shipped libraries ignore it)
 A missing tool or tokenizer.json fails the tests (run scripts/setup.sh and build first):
 a test that cannot run has checked nothing, so it never skips.
 """

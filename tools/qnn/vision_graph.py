@@ -9,7 +9,7 @@ rotate_half, so one half carries everything). Every matrix is int8 per output ro
 (`Builder.linear_w8`, MatMulNBits bits=8), everything else fp16 ops that map to single HTP ops
 (LayerNormalization, Gelu, Softmax, MatMul, elementwise, Slice/Concat/Reshape/Transpose).
 
-The math follows the CPU encoder src/qwen3vl/vision_encoder.cpp (HF-exact):
+The math follows the CPU encoder src/backends/cpu/models/qwen3vl/vision_encoder.cpp (HF-exact):
   block:  x += proj(attn(rope(q), rope(k), v)),  q|k|v = qkv(LN1(x));   x += fc2(gelu_tanh(fc1(LN2(x))))
   deepstack merger k (after block deepstack_visual_indexes[k]): fc2(gelu_erf(fc1(LN_4Hv(group4(x)))))
   final merger (after the last block):                              fc2(gelu_erf(fc1(group4(LN_Hv(x)))))

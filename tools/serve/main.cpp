@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "cli/cli.hpp"
+#include "cli/model_flags.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -20,18 +21,17 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "qhexrt/session.hpp"
-#include "speculate_flag.hpp"
 #include "serve/server.hpp"
 
 namespace {
 
 struct Args {
-  std::string model, host = "127.0.0.1", api_key, allow_file_dir, model_id, speculate;
-  int port = 8080, threads = 0, http_threads = 0, max_images = 8;
+  std::string model, host = "127.0.0.1", api_key, allow_file_dir, model_id;
+  int port = 8080, http_threads = 0, max_images = 8;
   int read_timeout = 30, write_timeout = 15, drain_seconds = 30, send_buffer_kb = 64;
   std::size_t max_queue = 16, max_body_mb = 32, sessions = 1;
-  std::optional<std::int64_t> image_cache_mb;
-  bool weights_in_memory = false;
+  qhx_cli::RuntimeFlags runtime;
+  qhx_cli::SpeculateFlag speculate;
 };
 
 int run(const Args& a) {
@@ -44,14 +44,8 @@ int run(const Args& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone away is a failed write, not the end of the process
 
-  if (a.threads > 0) {
-    std::string warning;
-    qhx::set_threads(a.threads, &warning);
-    if (!warning.empty()) std::fprintf(stderr, "qhx_serve: warning: %s\n", warning.c_str());
-  }
-  qhx::PipelineOptions popts;
-  popts.image_cache_mb = a.image_cache_mb;
-  popts.weights_in_memory = a.weights_in_memory;
+  a.runtime.apply_threads("qhx_serve");
+  qhx::PipelineOptions popts = a.runtime.pipeline_options();
   std::optional<qhx::Pipeline> pipe;
   try {
     pipe.emplace(qhx::Pipeline::open(a.model, popts, /*want_images=*/true));
@@ -73,7 +67,7 @@ int run(const Args& a) {
   cfg.max_queue = a.max_queue;
   cfg.max_body_mb = a.max_body_mb;
   cfg.sessions = a.sessions;
-  if (!a.speculate.empty()) cfg.speculate = qhx::parse_speculate(a.speculate);
+  cfg.speculate = a.speculate.tokens();
   cfg.http_threads = static_cast<std::size_t>(a.http_threads);
   cfg.max_images = a.max_images;
   cfg.read_timeout_s = a.read_timeout;
@@ -128,21 +122,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-mb", a.max_body_mb, "largest request body in MB; beyond, 413 (default 32)")
       ->check(qhx_cli::PositiveNumber);
   app.add_option("--allow-file-dir", a.allow_file_dir, "serve file:// image URLs from under this directory only");
-  app.add_option("--speculate", a.speculate,
-                 "every answer with exact speculative decoding from n-gram drafts: ngram (4 tokens), ngram:K "
-                 "(K in 1..16) or off")
-      ->check(speculate_validator());
+  a.speculate.add_to(app);
   app.add_option("--sessions", a.sessions, "session slots (conversations whose KV cache is kept; default 1)")
       ->check(qhx_cli::PositiveNumber);
-  app.add_option("--threads", a.threads, "the CPU kernels' worker threads (default: physical cores)")
-      ->check(qhx_cli::PositiveNumber);
+  a.runtime.add_to(app);
   app.add_option("--http-threads", a.http_threads, "HTTP connection threads (default: max-queue + 8)")
       ->check(qhx_cli::PositiveNumber);
   app.add_option("--max-images", a.max_images, "images in one request at most (default 8)")
-      ->check(qhx_cli::NonNegativeNumber);
-  app.add_flag("--weights-in-memory", a.weights_in_memory,
-               "read the weights decode streams into memory in 2 MiB pages instead of mapping them: slower open, faster decode (docs/bundle.md, Mapped files)");
-  app.add_option("--image-cache-mb", a.image_cache_mb, "bound of the image-feature cache (default 256; 0: off)")
       ->check(qhx_cli::NonNegativeNumber);
   app.add_option("--read-timeout", a.read_timeout, "seconds a client may stall while sending (default 30)")
       ->check(qhx_cli::PositiveNumber);

@@ -36,7 +36,7 @@ std::int64_t Lanes() { return lanes(); }  // exported: the dispatcher's view of 
 // Dense rows: row j of head g at j · row_stride + g · head_stride elements. The f16
 // cache keeps a head's rows together (one sequential stream per head in decode;
 // token-major rows, hkv · d apart, left the hardware prefetchers a 256-byte run
-// in every 2 KiB and held decode's attention to ~15 GB/s on 2 cores).
+// in every 2 KiB, far below the memory's bandwidth).
 template <class T>
 struct DenseRows {
   using Elem = T;
@@ -61,12 +61,10 @@ struct I8Rows {
 
 // Decode reads each KV row once, in one stream per head, and fetches its lines
 // twice ahead of the loads: far (~16 KiB of rows, at least 16) into L2 and near
-// (~4 KiB, at least 4 rows) into L1. On a 2-core Sapphire Rapids VM the far fetch
-// into L2 beat 16 rows ahead into L1 (28-layer cache at 4,096 tokens, bench_kernels:
-// f16 44 -> 28 ms, i8 15 -> 11.5 ms); on a 2-core Zen 4 VM the L2 fetch alone left
-// the 8-bit cache's rows waiting on L2 (i8 11.0-12.1 ms, 20 GB/s) and adding the
-// near fetch into L1 gave 6.9-7.5 ms (32-35 GB/s); f16 14.5-14.9 -> 13.9-14.4 ms
-// (the near fetch alone was as good there; both keep what the far one won on SPR).
+// (~4 KiB, at least 4 rows) into L1. On Sapphire Rapids the far fetch into L2 beat
+// a fetch into L1 alone; on Zen 4 the L2 fetch alone left the 8-bit cache's rows
+// waiting on L2, and the near fetch into L1 took that wait away; both together keep
+// what each won (bench_kernels' decode attention; the figures are in the commits).
 struct RowsAhead {
   std::int64_t rows;       // the far fetch's distance in rows (no fetches in the last `rows` rows)
   std::int64_t far, near;  // elements from a row to the rows fetched
@@ -92,9 +90,8 @@ struct RowsAhead {
 // (run 0's row, run 1's row, ..., then each run's next): the hardware
 // prefetchers fetch ahead on every run at once, where a single stream per core
 // kept too few lines in flight to hide memory's latency behind the arithmetic.
-// 28-layer 8-bit cache at 4,096 tokens on the 2-core AMX VM (alternating runs):
-// 15.4-18.3 ms in one stream, 11.6-13.5 in four; f16 24.8-30.0 -> 18.6-22.3 ms. Below kStreamsFrom rows the cache is read from
-// L2/L3 and the turns only cost (512 tokens: i8 1.0 -> 1.1-1.3 ms). The value
+// Below kStreamsFrom rows the cache is read from L2/L3 and the turns only cost
+// time. The value
 // pass sums in that order, so a query's result depends on its visible rows
 // only, never on the call it is in (chunked prefill stays bit-identical).
 constexpr int kStreams = 4;

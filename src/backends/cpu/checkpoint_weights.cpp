@@ -4,17 +4,12 @@
 #include <cstring>
 
 #include "backends/cpu/stored_panels_file.hpp"
+#include "common/shape_str.hpp"
 #include "common/half.hpp"
 #include "qhexrt/error.hpp"
 
 namespace qhx::cpu {
 namespace {
-
-std::string shape_str(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 const TensorView& expect(const Checkpoint& ckpt, const std::string& name, const std::vector<std::int64_t>& shape) {
   const TensorView& t = ckpt.get(name);

@@ -335,8 +335,7 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
     // the end a panel at a time (thread_pool.hpp). About 64k multiply-adds per
     // thread at least, so a share is worth a hand-off. A verify step's few rows
     // read each panel once too, and stream the same way (pieces of L2 blocks,
-    // below, broke each thread's stream into jumps: 1.1-1.2x a 1-row call at 5
-    // rows on the AMX VM, against 0.96-1.0x so).
+    // below, broke each thread's stream into jumps).
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, w.cols * w.panel));
     parallel_for_balanced(w.panels, grain, 1, panels);
     return;

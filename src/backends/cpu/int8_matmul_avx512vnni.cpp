@@ -42,10 +42,10 @@ namespace {
 
 
 // How far ahead of its loads a tile that streams its panels from memory
-// (decode, a verify step) prefetches each of them (into L1). On a 2-core
-// Sapphire Rapids VM, 3,072 bytes streamed a decode step's w8 matrices at 27.5
-// GB/s on 2 threads and 14.3 on 1, against 25.1 and 12.8 at 4,096 (2,560 was as
-// good, 3,584 and 2,048 in between): bench_kernels --only "decode stack".
+// (decode, a verify step) prefetches each of them (into L1): far enough for the
+// load to arrive, near enough not to evict what the tile still reads (chosen with
+// bench_kernels --only "decode stack" on a Sapphire Rapids VM; the figures are in
+// the commit that set it).
 constexpr std::int64_t kDecodePrefetchBytes = 3072;
 constexpr int kP = 16;  // outputs per panel: one zmm of int32
 constexpr int kMaxMR = 8;
@@ -95,10 +95,9 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
 // come from memory, and it fetches them ahead: all of decode's and a verify
 // step's tiles are such. The tiles after it find the block in L2
 // (for_each_tile) and do not fetch. Decode takes the 1 × 3 tile, three panels
-// as three streams a thread: on the 2-core AMX VM a decode step's w8 stack
-// (8 layers and the lm-head) took 23.2-23.9 ms so against 24.8-25.1 with one
-// panel at a time (four accumulators over one stream); the int32 sums are the
-// same and the epilogue is one, so the results are too.
+// as three streams a thread, which keep more loads in flight than one panel at a
+// time (four accumulators over one stream); the int32 sums are the same and the
+// epilogue is one, so the results are too.
 template <int MR, int NR, bool Stream = false>
 void tile(const std::uint8_t* q, std::int64_t ldq, const float* sx, const PackedI8& w, const float* bias, float* y,
           std::int64_t ldy, std::int64_t p, std::int64_t i0) {
@@ -410,7 +409,7 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
 // Decode over one w4 panel as a single sequential stream (a thread's panels are
 // adjacent, so its whole range is one stream), prefetched 4 KiB
 // ahead: reading four panels side by side (four streams, plus their scales)
-// reached only ~85% of w8's bandwidth. The high nibbles are used in place, as
+// fell short of w8's bandwidth. The high nibbles are used in place, as
 // 16 · nibble (one AND, no shift): their chains sum to exactly 16 times the
 // high halves' sum (at most 16 · 240 · 127 in magnitude per group), which an
 // arithmetic shift by 4 divides out exactly; decode stays bound by memory only

@@ -48,9 +48,8 @@ void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
 
 // Calls fn(begin, end) over the pieces [k·piece, (k + 1)·piece) ∩ [0, n), each
 // piece run by whichever thread asks next. For compute-bound loops: the cores
-// of a shared host do not run at one speed (one vCPU here was measured 40%
-// slower than the other at AMX products), and an equal split waits for the
-// slowest. The pieces' bounds do not depend on the threads, so neither do results.
+// of a shared host do not run at one speed (one vCPU can be far slower than the
+// other at AMX products), and an equal split waits for the slowest. The pieces' bounds do not depend on the threads, so neither do results.
 template <class Fn>
 void parallel_for_pieces(std::int64_t n, std::int64_t piece, Fn&& fn) {
   using F = std::remove_reference_t<Fn>;
@@ -65,7 +64,7 @@ void parallel_for_pieces(std::int64_t n, std::int64_t piece, Fn&& fn) {
 // runs that shrink as it empties, so its reads stay one sequential stream; a thread
 // that finishes early takes pieces one at a time from the back of another's share.
 // For memory-bound loops (decode's weight stream): an equal split waits for the
-// slower core at every call, which cost ~4% of a decode step on a 2-core VM, while
+// slower core at every call, a visible share of a decode step, while
 // Pieces breaks each thread's stream into jumps. Pieces are never split, so the
 // items each fn call sees are whole pieces (results cannot depend on the threads
 // when fn computes each item alone).

@@ -1,12 +1,12 @@
 // Faulting in a KV cache's pages ahead of its writes, a few per token.
 //
 // A session reserves the whole cache and leaves the system to fault it in as it
-// fills (runtime/state_buffer.cpp), on 2 MiB pages where the kernel gives them.
+// fills (runtime/kv_manager.cpp), on 2 MiB pages where the kernel gives them.
 // A cache is a set of "regions", each a run of ctx rows (a layer's keys, or its
 // values, or one head of them), and the regions fill in step. So the first write
 // past a page boundary faults a new page in every region at once: for the 2B's
-// f16 cache, 56 pages of 2 MiB at positions 1024, 2048, ..., which stalled one
-// decode step by 0.35 s on a 2-core VM. touch_ahead spreads those faults: each
+// f16 cache, 56 pages of 2 MiB at positions 1024, 2048, ..., all in one decode
+// step, which stalls it visibly. touch_ahead spreads those faults: each
 // token touches one region's row `ahead` positions later, regions in turn. The
 // reach is raised to the number of regions if shorter: then (while it is at most
 // a page's rows) every region's next page is touched before the writes reach it,
