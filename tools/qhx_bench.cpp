@@ -83,14 +83,11 @@ std::string default_bundle() {
 }
 
 // The one manifest of `kind` ("vlm" or "text") in a bundle directory.
+// The bundle's one manifest of a kind (qhx::find_bundle_manifests: with or without images).
 fs::path find_manifest(const fs::path& bundle, const std::string& kind) {
-  std::vector<fs::path> hits;
-  for (const auto& e : fs::directory_iterator(bundle)) {
-    const std::string name = e.path().filename().string();
-    if (e.path().extension() == ".json" && name.find("-" + kind + "-") != std::string::npos) hits.push_back(e.path());
-  }
-  if (hits.size() != 1)
-    qhx::fail(bundle.string(), ": expected one *-", kind, "-*.json manifest, found ", hits.size());
+  const qhx::BundleManifests all = qhx::find_bundle_manifests(bundle);
+  const auto& hits = kind == "vlm" ? all.vlm : all.text;
+  if (hits.size() != 1) qhx::fail(bundle.string(), ": expected one ", kind, " manifest, found ", hits.size());
   return hits[0];
 }
 

@@ -107,6 +107,15 @@ struct ImageCacheStats {
   std::int64_t hits = 0, misses = 0, entries = 0, bytes = 0, capacity_bytes = 0;
 };
 
+// The manifests of a bundle folder (qhx_export's output, or any folder of plans): every
+// .json file there that declares "qhexrt_manifest", parsed (a bad one throws, naming it);
+// `vlm` those with image stages, `text` the others, each in file-name order. What
+// Pipeline::open picks from when given the folder. Throws when `dir` is no folder.
+struct BundleManifests {
+  std::vector<std::filesystem::path> vlm, text;
+};
+BundleManifests find_bundle_manifests(const std::filesystem::path& dir);
+
 // Sets the CPU kernels' worker threads (0: one per logical CPU). More threads
 // than the machine has cores only slow every step down, so the count is capped
 // at the cores there are; returns the count in effect, and `warning` (if given)

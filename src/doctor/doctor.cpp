@@ -25,6 +25,7 @@
 #include "common/mapped_file.hpp"
 #include "doctor/qairt_version.hpp"
 #include "qhexrt/error.hpp"
+#include "qhexrt/pipeline.hpp"
 #include "qhexrt/export.hpp"
 #include "qhexrt/hf_config.hpp"
 #include "runtime/manifest.hpp"
@@ -349,14 +350,14 @@ struct Checker {
   }
 };
 
-// An exported bundle (it has the exporter's manifests) without checksums.json predates them.
+// A bundle folder (it holds manifests) without checksums.json predates them.
 bool exported_bundle(const fs::path& dir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("qwen3vl-2b-", 0) == 0 && ends_with(n, ".json")) return true;
+  try {
+    const BundleManifests m = find_bundle_manifests(dir);
+    return !m.vlm.empty() || !m.text.empty();
+  } catch (const Error&) {
+    return true;  // a manifest there that does not parse: still a bundle folder
   }
-  return false;
 }
 
 void check_bundle_files(const fs::path& plan, DoctorReport& report) {

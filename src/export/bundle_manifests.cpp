@@ -1,5 +1,6 @@
 #include "export/bundle_manifests.hpp"
 
+
 #include "common/durable_file.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/manifest.hpp"

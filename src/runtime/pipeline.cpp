@@ -171,11 +171,13 @@ bool looks_like_manifest(const std::filesystem::path& file) {
   return head.find("\"qhexrt_manifest\"") != std::string::npos;
 }
 
-// A bundle folder holds manifests beside its files: the one with image stages
-// when the caller has images, else a text one (else the image one, which also
-// takes text), as parsed. Empty when `dir` holds no manifest.
-std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool want_images) {
+// The manifests of a bundle folder, parsed, by whether they have image stages; each list in
+// file-name order.
+struct ParsedManifests {
   std::vector<Manifest> vlm, text;
+};
+ParsedManifests parse_bundle_manifests(const std::filesystem::path& dir) {
+  ParsedManifests out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (!e.is_regular_file() || e.path().extension() != ".json") continue;
     if (!looks_like_manifest(e.path())) continue;  // config.json, tokenizer.json (large: not parsed)
@@ -185,12 +187,22 @@ std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool w
     } catch (const Error& err) {
       fail(dir.string(), ": a bundle folder with a bad manifest: ", err.what());
     }
-    (has_image_stages(m) ? vlm : text).push_back(std::move(m));
+    (has_image_stages(m) ? out.vlm : out.text).push_back(std::move(m));
   }
   const auto by_name = [](const Manifest& a, const Manifest& b) { return a.source < b.source; };
-  std::sort(vlm.begin(), vlm.end(), by_name);
-  std::sort(text.begin(), text.end(), by_name);
-  const auto& first = want_images ? vlm : (text.empty() ? vlm : text);
+  std::sort(out.vlm.begin(), out.vlm.end(), by_name);
+  std::sort(out.text.begin(), out.text.end(), by_name);
+  return out;
+}
+
+// A bundle folder holds manifests beside its files: the one with image stages
+// when the caller has images, else a text one (else the image one, which also
+// takes text), as parsed. Empty when `dir` holds no manifest.
+std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool want_images) {
+  ParsedManifests all = parse_bundle_manifests(dir);
+  auto& vlm = all.vlm;
+  auto& text = all.text;
+  auto& first = want_images ? vlm : (text.empty() ? vlm : text);
   if (first.empty()) {
     if (vlm.empty() && text.empty()) return std::nullopt;
     fail(dir.string(), ": a bundle folder whose manifests have no image stages (",
@@ -202,10 +214,20 @@ std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool w
     fail(dir.string(), ": a bundle folder with several ", want_images ? "image" : "text",
          " manifests (", names, "); give one of them with -m");
   }
-  return first.front();
+  return std::move(first.front());
 }
 
 }  // namespace
+
+BundleManifests find_bundle_manifests(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) fail(dir.string(), ": not a bundle folder (no such directory)");
+  const ParsedManifests all = parse_bundle_manifests(dir);
+  BundleManifests out;
+  for (const Manifest& m : all.vlm) out.vlm.emplace_back(m.source);
+  for (const Manifest& m : all.text) out.text.emplace_back(m.source);
+  return out;
+}
 
 Manifest resolve_manifest(const std::filesystem::path& path, bool want_images) {
   std::error_code ec;

@@ -464,5 +464,22 @@ TEST(PipelineOverrides, ContextLengthAndKvCache) {
                      {"PipelineOptions::kv_cache", "qwen3vl.text_decoder"});
 }
 
+// The public finder of a bundle's manifests: by their contents, not by their names.
+TEST(BundleManifests, FoundByWhatTheyDeclare) {
+  test::TempDir dir;
+  const auto vlm = FakeModelStages::plan(dir, "state");  // the default plan: image stages
+  nlohmann::json text = nlohmann::json::parse(test::read_file(vlm));
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& st : text["stages"])
+    if (st["op"] != "load_images" && st["op"] != "patch_embed" && st["op"] != "vision") stages.push_back(st);
+  text["stages"] = stages;
+  const auto text_path = dir.write("any-name.json", text.dump());
+  dir.write("notes.json", R"({"not": "a manifest"})");
+  const BundleManifests m = find_bundle_manifests(dir.path());
+  EXPECT_EQ(m.vlm, (std::vector<std::filesystem::path>{vlm}));
+  EXPECT_EQ(m.text, (std::vector<std::filesystem::path>{text_path}));
+  test::expect_error([&] { find_bundle_manifests(dir.path() / "none"); }, {"none", "not a bundle folder"});
+}
+
 }  // namespace
 }  // namespace qhx
