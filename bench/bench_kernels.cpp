@@ -69,19 +69,18 @@ int main(int argc, char** argv) {
   qhx::cpu::set_threads(threads);
   using namespace qhx::cpu;
 
-  const Shape shapes[] = {{"decode mlp.up [6144x2048]", 1, 6144, 2048},
-                          {"decode mlp.down [2048x6144]", 1, 2048, 6144},
-                          {"decode q_proj [2048x2048]", 1, 2048, 2048},
-                          {"decode lm_head [151936x2048]", 1, 151936, 2048},
-                          {"prefill-320 mlp.up", 320, 6144, 2048},
-                          {"prefill-320 mlp.down", 320, 2048, 6144},
-                          {"vision-1024 fc1 [4096x1024]", 1024, 4096, 1024},
-                          {"vision-1024 qkv [3072x1024]", 1024, 3072, 1024}};
+  const Shape shapes[] = {
+      {"decode mlp.up [6144x2048]", 1, 6144, 2048},      {"decode mlp.down [2048x6144]", 1, 2048, 6144},
+      {"decode q_proj [2048x2048]", 1, 2048, 2048},      {"decode lm_head [151936x2048]", 1, 151936, 2048},
+      {"prefill-320 mlp.up", 320, 6144, 2048},           {"prefill-320 mlp.down", 320, 2048, 6144},
+      {"vision-1024 fc1 [4096x1024]", 1024, 4096, 1024}, {"vision-1024 qkv [3072x1024]", 1024, 3072, 1024}};
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> qd(-127, 127);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   nlohmann::json out = nlohmann::json::array();
-  const auto wanted = [&](const std::string& name) { return name.find(only) != std::string::npos; };
+  const auto wanted = [&](const std::string& name) {
+    return name.find(only) != std::string::npos;
+  };
   for (const Shape& s : shapes) {
     if (!wanted(s.name)) continue;
     std::vector<std::int8_t> q(static_cast<std::size_t>(s.n * s.k));
@@ -135,8 +134,9 @@ int main(int argc, char** argv) {
         std::vector<std::uint8_t> q(static_cast<std::size_t>(mt.n * mt.k * bits / 8));
         for (auto& e : q) e = static_cast<std::uint8_t>(qd(rng));
         std::vector<float> sw(static_cast<std::size_t>(bits == 8 ? mt.n : mt.n * mt.k / 32), scale);
-        WeightMatrix w = bits == 8 ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
-                                   : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
+        WeightMatrix w = bits == 8
+                             ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data()), sw.data(), mt.n, mt.k)
+                             : WeightMatrix::w4(q.data(), sw.data(), mt.n, mt.k);
         w.int8_activations = true;
         w.packed = active_kernels().pack(w);
         w.data = nullptr;  // decode reads the packed copy only
@@ -212,8 +212,8 @@ int main(int argc, char** argv) {
       if (!json)
         std::printf("%-32s %-24s %9.3f ms  %5.2fx the 1-row step (median)\n", verify_name.c_str(), path.c_str(),
                     med[static_cast<std::size_t>(ri)], ratio);
-      out.push_back({{"shape", verify_name}, {"path", path}, {"ms", med[static_cast<std::size_t>(ri)]},
-                     {"vs_one_row", ratio}});
+      out.push_back(
+          {{"shape", verify_name}, {"path", path}, {"ms", med[static_cast<std::size_t>(ri)]}, {"vs_one_row", ratio}});
     }
   }
 
@@ -265,7 +265,8 @@ int main(int argc, char** argv) {
       const double med = times[j][times[j].size() / 2];
       const double gops = 2.0 * static_cast<double>(kLayers * kRows * vmats[j].n * vmats[j].k) / (med * 1e6);
       const std::string path = std::string(vnames[j]) + "/" + int8_kernel_best().name;
-      if (!json) std::printf("%-32s %-24s %9.3f ms  %7.1f GOP/s (median)\n", vstack_name.c_str(), path.c_str(), med, gops);
+      if (!json)
+        std::printf("%-32s %-24s %9.3f ms  %7.1f GOP/s (median)\n", vstack_name.c_str(), path.c_str(), med, gops);
       out.push_back({{"shape", vstack_name}, {"path", path}, {"ms", med}, {"gop_s", gops}});
     }
   }
@@ -332,7 +333,8 @@ int main(int argc, char** argv) {
             if (kv == Kv::I8)
               qhx::cpu::kv_i8_write(x.data(), ctx, kHkv, kD, ctx, 0, reinterpret_cast<std::int8_t*>(dst));
             else if (kv == Kv::F16)
-              for (std::size_t i = 0; i < x.size(); ++i) reinterpret_cast<std::uint16_t*>(dst)[i] = qhx::f32_to_f16(x[i]);
+              for (std::size_t i = 0; i < x.size(); ++i)
+                reinterpret_cast<std::uint16_t*>(dst)[i] = qhx::f32_to_f16(x[i]);
             else
               std::memcpy(dst, x.data(), x.size() * sizeof(float));
           }
@@ -354,9 +356,8 @@ int main(int argc, char** argv) {
                                                reinterpret_cast<const std::uint16_t*>(v), 1, ctx, ctx, kHq, kHkv, kD,
                                                ctx - 1, 0.088f, true, o.data());
             else
-              active_kernels().attention(q.data(), reinterpret_cast<const float*>(k),
-                                         reinterpret_cast<const float*>(v), 1, ctx, kHq, kHkv, kD, ctx - 1, 0.088f,
-                                         true, o.data());
+              active_kernels().attention(q.data(), reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(v),
+                                         1, ctx, kHq, kHkv, kD, ctx - 1, 0.088f, true, o.data());
           }
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           if (i > 0) times.push_back(ms);
@@ -364,9 +365,12 @@ int main(int argc, char** argv) {
         std::sort(times.begin(), times.end());
         const double med = times[times.size() / 2];
         const double gbs = 2.0 * kLayers * static_cast<double>(half) / (med * 1e6);
-        const std::string path = std::string(kv == Kv::I8 ? "i8" : kv == Kv::F16 ? "f16" : "f32") + " cache, ctx " +
-                                 std::to_string(ctx);
-        if (!json) std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s K and V (median)\n", name.c_str(), path.c_str(), med, gbs);
+        const std::string path = std::string(kv == Kv::I8    ? "i8"
+                                             : kv == Kv::F16 ? "f16"
+                                                             : "f32") +
+                                 " cache, ctx " + std::to_string(ctx);
+        if (!json)
+          std::printf("%-32s %-18s %9.3f ms  %7.1f GB/s K and V (median)\n", name.c_str(), path.c_str(), med, gbs);
         out.push_back({{"shape", name}, {"path", path}, {"ms", med}, {"kv_gb_s", gbs}});
       }
   }

@@ -60,15 +60,18 @@ int main(int argc, char** argv) {
     qhx::PipelineOptions off;
     off.image_cache_mb = 0;
     qhx::Pipeline pipe = qhx::Pipeline::open(bundle, off, /*want_images=*/true);
-    const qhx::Message turn1{"user", {qhx::ContentPart::image_part(qhx::ImageSource::file(image)),
-                                      qhx::ContentPart::text_part("Describe this image.")}};
+    const qhx::Message turn1{"user",
+                             {qhx::ContentPart::image_part(qhx::ImageSource::file(image)),
+                              qhx::ContentPart::text_part("Describe this image.")}};
     const qhx::Message turn2 = qhx::Message::text("user", "What is in the top left corner?");
     std::vector<double> ttft1, ttft2, vision1, prefilled1, prefilled2, cached2, prompt2;
     for (int r = 0; r < runs + 1; ++r) {  // the first run warms the caches and is not counted
       qhx::Session s(pipe);
       const auto a = s.send(turn1, greedy(answer));
       const auto b = s.send(turn2, greedy(answer));
-      std::fprintf(stderr, "run %d: turn 1 ttft %.1f ms (%zu tokens prefilled, vision %.1f ms) | turn 2 ttft %.1f ms (%lld of %zu tokens prefilled)\n",
+      std::fprintf(stderr,
+                   "run %d: turn 1 ttft %.1f ms (%zu tokens prefilled, vision %.1f ms) | turn 2 ttft %.1f ms (%lld of "
+                   "%zu tokens prefilled)\n",
                    r, a.timings.ttft_ms, a.prompt_tokens.size() - static_cast<std::size_t>(a.cached_tokens),
                    a.timings.vision_ms, b.timings.ttft_ms,
                    static_cast<long long>(b.prompt_tokens.size()) - static_cast<long long>(b.cached_tokens),
@@ -97,31 +100,34 @@ int main(int argc, char** argv) {
       hits += h.timings.image_cache_hits;
     }
     const double t1 = median(ttft1), t2 = median(ttft2);
-    const nlohmann::json out = {
-        {"threads", used},
-        {"runs", runs},
-        {"turn1_ttft_ms", t1},
-        {"turn1_vision_ms", median(vision1)},
-        {"turn1_prefilled_tokens", median(prefilled1)},
-        {"turn2_ttft_ms", t2},
-        {"turn2_prefilled_tokens", median(prefilled2)},
-        {"turn2_cached_tokens", median(cached2)},
-        {"turn2_prompt_tokens", median(prompt2)},
-        {"turn2_over_turn1", t2 / t1},
-        {"new_session_same_image", {{"first_vision_ms", enc.timings.vision_ms},
-                                    {"vision_ms", median(hit_vision)},
-                                    {"image_cache_hits", hits},
-                                    {"ttft_ms", median(hit_ttft)},
-                                    {"images_encoded", enc.timings.images_encoded}}}};
+    const nlohmann::json out = {{"threads", used},
+                                {"runs", runs},
+                                {"turn1_ttft_ms", t1},
+                                {"turn1_vision_ms", median(vision1)},
+                                {"turn1_prefilled_tokens", median(prefilled1)},
+                                {"turn2_ttft_ms", t2},
+                                {"turn2_prefilled_tokens", median(prefilled2)},
+                                {"turn2_cached_tokens", median(cached2)},
+                                {"turn2_prompt_tokens", median(prompt2)},
+                                {"turn2_over_turn1", t2 / t1},
+                                {"new_session_same_image",
+                                 {{"first_vision_ms", enc.timings.vision_ms},
+                                  {"vision_ms", median(hit_vision)},
+                                  {"image_cache_hits", hits},
+                                  {"ttft_ms", median(hit_ttft)},
+                                  {"images_encoded", enc.timings.images_encoded}}}};
     if (as_json) {
       std::cout << out.dump() << std::endl;
     } else {
-      std::printf("turn 1: TTFT %.1f ms, %.0f tokens prefilled (vision %.1f ms)\n", t1, median(prefilled1), median(vision1));
+      std::printf("turn 1: TTFT %.1f ms, %.0f tokens prefilled (vision %.1f ms)\n", t1, median(prefilled1),
+                  median(vision1));
       std::printf("turn 2: TTFT %.1f ms, %.0f tokens prefilled, %.0f of %.0f from the KV cache\n", t2,
                   median(prefilled2), median(cached2), median(prompt2));
       std::printf("turn 2 / turn 1 TTFT: %.3f (goal <= 0.10)\n", t2 / t1);
-      std::printf("same image, new session: vision %.1f ms (first encode %.1f ms), %lld image-cache hits in %d runs, TTFT %.1f ms\n",
-                  median(hit_vision), enc.timings.vision_ms, static_cast<long long>(hits), runs, median(hit_ttft));
+      std::printf(
+          "same image, new session: vision %.1f ms (first encode %.1f ms), %lld image-cache hits in %d runs, TTFT %.1f "
+          "ms\n",
+          median(hit_vision), enc.timings.vision_ms, static_cast<long long>(hits), runs, median(hit_ttft));
     }
     return 0;
   } catch (const std::exception& e) {

@@ -29,9 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // One std::string per line; each line must be a JSON string.
 std::vector<std::string> read_corpus(const std::string& path) {
@@ -115,14 +113,8 @@ int main(int argc, char** argv) {
 
     if (as_json) {
       const nlohmann::json out = {
-          {"load_ms", best_load_s * 1e3},
-          {"encode_mb_s", mb_s},
-          {"encode_s", enc.best_s},
-          {"bytes", bytes},
-          {"tokens", enc.tokens},
-          {"strings", corpus.size()},
-          {"repeat", repeat},
-          {"loads", loads},
+          {"load_ms", best_load_s * 1e3}, {"encode_mb_s", mb_s},      {"encode_s", enc.best_s}, {"bytes", bytes},
+          {"tokens", enc.tokens},         {"strings", corpus.size()}, {"repeat", repeat},       {"loads", loads},
           {"checksum", enc.checksum},
       };
       std::cout << out.dump() << '\n';

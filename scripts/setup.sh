@@ -72,6 +72,11 @@ APT_PACKAGES+=(
   libclang-rt-14-dev=1:14.0.6-12
 )
 # --- end of the sanitizer build -------------------------------------------------
+# --- the tree's format (.clang-format; tests/check_format.sh, a ctest) -------------
+APT_PACKAGES+=(
+  clang-format-14=1:14.0.6-12
+)
+# --- end of the format check ------------------------------------------------------
 # --- the compiler cache of scripts/test.sh ----------------------------------------
 # A machine that ran the tests before recompiles only what changed (the Release build).
 APT_PACKAGES+=(

@@ -28,8 +28,10 @@ std::pair<double, double> huge_mapped_mb() {
   double kb = 0;
   std::string unit;
   while (in >> key) {
-    if (key == "FilePmdMapped:" && in >> kb >> unit) file_kb = kb;
-    else if (key == "AnonHugePages:" && in >> kb >> unit) anon_kb = kb;
+    if (key == "FilePmdMapped:" && in >> kb >> unit)
+      file_kb = kb;
+    else if (key == "AnonHugePages:" && in >> kb >> unit)
+      anon_kb = kb;
   }
   return {file_kb / 1024.0, anon_kb / 1024.0};
 }
@@ -66,7 +68,8 @@ std::optional<Roofline> load_roofline(const std::string& path) {
 }
 
 double speculation_speedup(double a, std::int64_t K, double step_ms, double plain_ms) {
-  const double tokens = a >= 1.0 ? static_cast<double>(K + 1) : (1.0 - std::pow(a, static_cast<double>(K + 1))) / (1.0 - a);
+  const double tokens =
+      a >= 1.0 ? static_cast<double>(K + 1) : (1.0 - std::pow(a, static_cast<double>(K + 1))) / (1.0 - a);
   return tokens * plain_ms / step_ms;
 }
 

@@ -139,22 +139,23 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per figure (median); default 3, 1 with --quick")->check(qhx_cli::PositiveNumber);
   app.add_option("--decode-steps", decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
       ->check(qhx_cli::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads (0: one per core)")
-      ->check(qhx_cli::NonNegativeNumber);
+  app.add_option("--threads", threads, "CPU threads (0: one per core)")->check(qhx_cli::NonNegativeNumber);
   app.add_option("--long-context", long_context,
                  "also prefill an N-token prompt and decode at N tokens of context, with the f16 and the 8-bit KV "
                  "cache (e.g. 4096; 0, the default: skip)")
       ->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--quick", quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", as_json, "print one JSON object");
-  app.add_flag("--weights-in-memory", g_weights_in_memory,
-               "read the weights decode streams into memory instead of mapping them (PipelineOptions::weights_in_memory)");
+  app.add_flag(
+      "--weights-in-memory", g_weights_in_memory,
+      "read the weights decode streams into memory instead of mapping them (PipelineOptions::weights_in_memory)");
   app.add_flag("--bandwidth-probe", bandwidth_probe,
                "only measure the read bandwidth now with --threads threads and print GB/s (what the decode "
                "figures are also compared with, run just before and after each)");
   QHX_CLI_PARSE(app, argc, argv);
   if (bandwidth_probe) {
-    std::printf("%.3f\n", measure_read_bandwidth(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency())));
+    std::printf("%.3f\n",
+                measure_read_bandwidth(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency())));
     return 0;
   }
   if (runs == 0) runs = quick ? 1 : 3;
@@ -170,7 +171,9 @@ int main(int argc, char** argv) {
     const fs::path vlm_manifest = find_manifest(dir, "vlm"), text_manifest = find_manifest(dir, "text");
     const json text_m = read_json(text_manifest);
     const json cfg = read_json(dir / text_m.value("config", std::string("config.json")));
-    const auto log = [&](const std::string& s) { std::cerr << "qhx_bench: " << s << std::endl; };
+    const auto log = [&](const std::string& s) {
+      std::cerr << "qhx_bench: " << s << std::endl;
+    };
     const auto t_start = std::chrono::steady_clock::now();
 
     // Weight bytes read per decoded token: the LLM's and the lm-head's tensors,
@@ -215,8 +218,9 @@ int main(int argc, char** argv) {
 
     std::vector<double> vision_ms, ttft_ms, prefill_ms, d512, d1024;
     std::vector<double> d512_adjacent;  // per run: decode's fraction of the bandwidth probed around it
-    std::vector<double> verify_ms, verify_ratio;  // per kVerifyDrafts: ms per verification step, its cost in plain steps
-    double verify_plain_ms = 0;                    // the plain steps measured beside them
+    std::vector<double> verify_ms,
+        verify_ratio;            // per kVerifyDrafts: ms per verification step, its cost in plain steps
+    double verify_plain_ms = 0;  // the plain steps measured beside them
     double load_ms = 0;
     std::int64_t image_tokens = 0;
     const qhx::SamplingParams g = greedy();
@@ -248,7 +252,9 @@ int main(int argc, char** argv) {
     // forced steps in its second, at the prompt's context (plus a few template tokens).
     struct Probed {
       double prefill_ms = 0, decode_ms = 0, bw_before = 0, bw_after = 0;
-      bool stable() const { return bw_before > 0 && bw_after > 0 && std::min(bw_before, bw_after) >= 0.9 * std::max(bw_before, bw_after); }
+      bool stable() const {
+        return bw_before > 0 && bw_after > 0 && std::min(bw_before, bw_after) >= 0.9 * std::max(bw_before, bw_after);
+      }
       double bw() const { return (bw_before + bw_after) / 2; }
     };
     const auto probed_decode = [&](qhx::Pipeline& p, const std::string& prompt, std::int32_t forced, bool probe) {
@@ -298,7 +304,8 @@ int main(int argc, char** argv) {
         ttft_ms.push_back(res.timings.ttft_ms);
         image_tokens = res.timings.image_tokens;
         log("run " + std::to_string(r + 1) + ": vision " + std::to_string(res.timings.vision_ms) + " ms, ttft " +
-            std::to_string(res.timings.ttft_ms) + " ms (" + std::to_string(res.prompt_tokens.size()) + " prompt tokens)");
+            std::to_string(res.timings.ttft_ms) + " ms (" + std::to_string(res.prompt_tokens.size()) +
+            " prompt tokens)");
       }
     }
     const double peak_rss_caption_mb = peak_rss_mb();  // before the decode sections
@@ -334,7 +341,8 @@ int main(int argc, char** argv) {
           const bool at512 = ctx_len == 512;  // only decode at 512 is compared with the probes
           const auto res = probed_decode(*p, prompt, forced, at512);
           (at512 ? d512 : d1024).push_back(res.decode_ms);
-          if (at512 && res.stable()) d512_adjacent.push_back(bytes_per_token / (res.decode_ms / 1000.0) / (res.bw() * 1e9));
+          if (at512 && res.stable())
+            d512_adjacent.push_back(bytes_per_token / (res.decode_ms / 1000.0) / (res.bw() * 1e9));
           log("run " + std::to_string(r + 1) + ": context " + std::to_string(ctx_len) + ", prefill " +
               std::to_string(res.prefill_ms) + " ms, decode " + std::to_string(res.decode_ms) + " ms/token" +
               (at512 ? "; " + probes_text(res) : std::string()));
@@ -442,8 +450,11 @@ int main(int argc, char** argv) {
     const auto roof = load_roofline(roofline_path);
     json frac_decode = nullptr, frac_prefill = nullptr, frac_vision = nullptr;
     const bool llm_int8 = graph_uses_int8(dir, text_m, "llm", "model.language_model.layers.0.mlp.up_proj.weight");
-    const bool vis_int8 = graph_uses_int8(dir, read_json(vlm_manifest), "vision", "model.visual.blocks.0.mlp.linear_fc1.weight");
-    const auto peak = [&](bool int8) { return (int8 && roof->int8_gops > 0 ? roof->int8_gops : roof->fp32_gflops) * 1e9; };
+    const bool vis_int8 =
+        graph_uses_int8(dir, read_json(vlm_manifest), "vision", "model.visual.blocks.0.mlp.linear_fc1.weight");
+    const auto peak = [&](bool int8) {
+      return (int8 && roof->int8_gops > 0 ? roof->int8_gops : roof->fp32_gflops) * 1e9;
+    };
     if (roof) {
       frac_decode = bytes_per_token * decode_tok_s / (roof->read_gbs * 1e9);
       frac_prefill = prefill_flops / (pre / 1000.0) / peak(llm_int8);
@@ -491,7 +502,9 @@ int main(int argc, char** argv) {
       // The speed-up from the cost in plain steps: step_ms / plain_ms = verify_ratio.
       for (const double a : {0.5, 0.7, 0.9})
         speedup[std::to_string(a).substr(0, 3)] = speculation_speedup(a, K, verify_ratio[i], 1.0);
-      verify.push_back({{"drafts", K}, {"step_ms", verify_ms[i]}, {"plain_step_ms", verify_plain_ms},
+      verify.push_back({{"drafts", K},
+                        {"step_ms", verify_ms[i]},
+                        {"plain_step_ms", verify_plain_ms},
                         {"cost_vs_plain_step", verify_ratio[i]},
                         {"speedup_at_acceptance", speedup}});
     }

@@ -117,13 +117,13 @@ void print_stats(const qhx::Pipeline& pipe, const qhx::Session& session,
                 last->prompt_tokens.size(), static_cast<long long>(last->cached_tokens),
                 static_cast<long long>(static_cast<std::int64_t>(last->prompt_tokens.size()) - last->cached_tokens),
                 last->tokens.size(), last->stop_reason.c_str());
-    std::printf("timings: vision %.1f ms (%lld image tokens, %lld images encoded, %lld from the cache) | prefill %.1f ms | "
-                "ttft %.1f ms | decode %.2f ms/token (%.1f tok/s) over %lld steps | %lld drafted, %lld accepted\n",
-                t.vision_ms, static_cast<long long>(t.image_tokens), static_cast<long long>(t.images_encoded),
-                static_cast<long long>(t.image_cache_hits), t.prefill_ms, t.ttft_ms, t.decode_ms_per_token,
-                t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
-                static_cast<long long>(t.decode_steps), static_cast<long long>(last->draft_tokens),
-                static_cast<long long>(last->accepted_tokens));
+    std::printf(
+        "timings: vision %.1f ms (%lld image tokens, %lld images encoded, %lld from the cache) | prefill %.1f ms | "
+        "ttft %.1f ms | decode %.2f ms/token (%.1f tok/s) over %lld steps | %lld drafted, %lld accepted\n",
+        t.vision_ms, static_cast<long long>(t.image_tokens), static_cast<long long>(t.images_encoded),
+        static_cast<long long>(t.image_cache_hits), t.prefill_ms, t.ttft_ms, t.decode_ms_per_token,
+        t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0, static_cast<long long>(t.decode_steps),
+        static_cast<long long>(last->draft_tokens), static_cast<long long>(last->accepted_tokens));
   } else {
     std::printf("last answer: none yet\n");
   }

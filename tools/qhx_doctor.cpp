@@ -24,10 +24,14 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
 
 std::string bytes_str(std::uint64_t b) {
   char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1ull << 20));
-  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / (1ull << 10));
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1ull << 30));
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1ull << 20));
+  else if (b >= (1ull << 10))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / (1ull << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
 }
 
@@ -51,25 +55,33 @@ nlohmann::json to_json(const qhx::DoctorReport& r) {
   const auto& q = r.qnn;
   json libs = json::array();
   for (const auto& l : q.libraries) libs.push_back({{"name", l.name}, {"path", l.path}, {"tried", l.tried}});
-  j["qnn"] = {{"loaded", q.loaded},      {"error", q.error},         {"search_dirs", q.search_dirs},
-              {"libraries", libs},       {"build_id", q.build_id},   {"provider", q.provider},
-              {"core_api", q.core_api},  {"backend_api", q.backend_api}, {"system_api", q.system_api}};
+  j["qnn"] = {{"loaded", q.loaded},           {"error", q.error},
+              {"search_dirs", q.search_dirs}, {"libraries", libs},
+              {"build_id", q.build_id},       {"provider", q.provider},
+              {"core_api", q.core_api},       {"backend_api", q.backend_api},
+              {"system_api", q.system_api}};
   if (r.manifest) {
     const auto& m = *r.manifest;
     json graphs = json::array();
     for (const auto& g : m.graphs) {
       json bins = json::array();
       for (const auto& b : g.binaries) {
-        json jb = {{"key", b.key},           {"path", b.path},         {"exists", b.exists},
-                   {"bytes", b.bytes},       {"read", b.read},         {"error", b.error},
-                   {"build_id", b.build_id}, {"soc_version", b.soc_version}, {"soc_model", b.soc_model},
+        json jb = {{"key", b.key},
+                   {"path", b.path},
+                   {"exists", b.exists},
+                   {"bytes", b.bytes},
+                   {"read", b.read},
+                   {"error", b.error},
+                   {"build_id", b.build_id},
+                   {"soc_version", b.soc_version},
+                   {"soc_model", b.soc_model},
                    {"graphs", b.graphs}};
         jb["soc_name"] = b.soc_name;
         jb["plan_soc_model"] = b.plan_soc_model ? json(*b.plan_soc_model) : json(nullptr);
         bins.push_back(std::move(jb));
       }
-      graphs.push_back({{"name", g.name}, {"backend", g.backend}, {"kind", g.kind}, {"files", g.files},
-                        {"binaries", bins}});
+      graphs.push_back(
+          {{"name", g.name}, {"backend", g.backend}, {"kind", g.kind}, {"files", g.files}, {"binaries", bins}});
     }
     const auto& mem = m.memory;
     j["manifest"] = {{"path", m.path},
@@ -88,8 +100,11 @@ nlohmann::json to_json(const qhx::DoctorReport& r) {
   }
   if (r.bundle_files) {
     const auto& b = *r.bundle_files;
-    j["bundle_files"] = {{"dir", b.dir}, {"has_checksums", b.has_checksums}, {"files", b.files},
-                         {"problems", b.problems}, {"unlisted", b.unlisted}};
+    j["bundle_files"] = {{"dir", b.dir},
+                         {"has_checksums", b.has_checksums},
+                         {"files", b.files},
+                         {"problems", b.problems},
+                         {"unlisted", b.unlisted}};
   }
   return j;
 }
@@ -107,7 +122,8 @@ void print_text(const qhx::DoctorReport& r) {
   const auto& q = r.qnn;
   std::printf("\nQNN (QAIRT runtime libraries)\n");
   std::string dirs;
-  for (const auto& d : q.search_dirs) dirs += (dirs.empty() ? "" : ", ") + (d.empty() ? std::string("(loader path)") : d);
+  for (const auto& d : q.search_dirs)
+    dirs += (dirs.empty() ? "" : ", ") + (d.empty() ? std::string("(loader path)") : d);
   std::printf("  searched        %s\n", dirs.c_str());
   for (const auto& l : q.libraries) {
     if (!l.path.empty()) {
@@ -144,15 +160,16 @@ void print_text(const qhx::DoctorReport& r) {
     }
     const auto& mem = m.memory;
     // A row of head_dim values; an 8-bit cache's rows carry their 4-byte scale too.
-    const std::string row = mem.kv_value_bytes == 1 ? "(" + std::to_string(mem.head_dim) + " + 4) x 1 B"
-                                                    : std::to_string(mem.head_dim) + " x " +
-                                                          std::to_string(mem.kv_value_bytes) + " B";
-    std::printf("  memory          needs %s: files %s + KV cache %s (%lld ctx x %lld layers x %lld kv heads x 2 x %s); "
-                "available %s\n",
-                bytes_str(mem.mapped_bytes + mem.kv_cache_bytes).c_str(), bytes_str(mem.mapped_bytes).c_str(),
-                bytes_str(mem.kv_cache_bytes).c_str(), static_cast<long long>(mem.context_length),
-                static_cast<long long>(mem.layers), static_cast<long long>(mem.kv_heads), row.c_str(),
-                mem.available_bytes != 0 ? bytes_str(mem.available_bytes).c_str() : "unknown");
+    const std::string row = mem.kv_value_bytes == 1
+                                ? "(" + std::to_string(mem.head_dim) + " + 4) x 1 B"
+                                : std::to_string(mem.head_dim) + " x " + std::to_string(mem.kv_value_bytes) + " B";
+    std::printf(
+        "  memory          needs %s: files %s + KV cache %s (%lld ctx x %lld layers x %lld kv heads x 2 x %s); "
+        "available %s\n",
+        bytes_str(mem.mapped_bytes + mem.kv_cache_bytes).c_str(), bytes_str(mem.mapped_bytes).c_str(),
+        bytes_str(mem.kv_cache_bytes).c_str(), static_cast<long long>(mem.context_length),
+        static_cast<long long>(mem.layers), static_cast<long long>(mem.kv_heads), row.c_str(),
+        mem.available_bytes != 0 ? bytes_str(mem.available_bytes).c_str() : "unknown");
   }
   if (r.bundle_files) {
     const auto& b = *r.bundle_files;
@@ -187,8 +204,10 @@ int main(int argc, char** argv) {
   try {
     // (The QAIRT libraries' load banner goes to stderr: the runtime sends it there.)
     const qhx::DoctorReport r = qhx::diagnose(manifest);
-    if (json) std::printf("%s\n", to_json(r).dump(2).c_str());
-    else print_text(r);
+    if (json)
+      std::printf("%s\n", to_json(r).dump(2).c_str());
+    else
+      print_text(r);
     std::fflush(stdout);
     return r.ok() ? 0 : 1;
   } catch (const std::exception& e) {

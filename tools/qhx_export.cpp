@@ -39,8 +39,8 @@ int check_bundle(const std::string& dir) {
     return 0;
   }
   if (c.has_checksums)
-    std::fprintf(stderr, "qhx_export: error: %s: %zu problem(s) in %zu files checked\n", dir.c_str(),
-                 c.problems.size(), c.files);
+    std::fprintf(stderr, "qhx_export: error: %s: %zu problem(s) in %zu files checked\n", dir.c_str(), c.problems.size(),
+                 c.files);
   return 1;
 }
 
@@ -68,12 +68,16 @@ int main(int argc, char** argv) {
       ->check(qhx_cli::PositiveNumber);
   app.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill call")->check(qhx_cli::PositiveNumber);
   app.add_option("--context", o.context, "context length (KV cache)")->check(qhx_cli::Range(2, 1 << 20));
-  app.add_option("--target", o.target, "where the bundle runs: cpu, or qnn-htp (QNN context binaries for the Hexagon NPU)")
+  app.add_option("--target", o.target,
+                 "where the bundle runs: cpu, or qnn-htp (QNN context binaries for the Hexagon NPU)")
       ->check(qhx_cli::IsMember({"cpu", "qnn-htp"}));
-  app.add_option("--soc", o.soc, "with --target qnn-htp: the SoC, SM8650 (HTP v75), SM8750 (v79, default) or SM8850 (v81)")
+  app.add_option("--soc", o.soc,
+                 "with --target qnn-htp: the SoC, SM8650 (HTP v75), SM8750 (v79, default) or SM8850 (v81)")
       ->check(qhx_cli::IsMember(qhx::qnn_socs()));
-  app.add_option("--qnn-parts", o.qnn_parts, "with --target qnn-htp: split the decoder into N context binaries "
-                 "(default: by size, a part per ~400 MB of int8 weights)")->check(qhx_cli::PositiveNumber);
+  app.add_option("--qnn-parts", o.qnn_parts,
+                 "with --target qnn-htp: split the decoder into N context binaries "
+                 "(default: by size, a part per ~400 MB of int8 weights)")
+      ->check(qhx_cli::PositiveNumber);
   app.add_option("--smoothing", o.smoothing,
                  "outlier channels of the text decoder folded into the weights: auto (w8 and w4, the default), on, off")
       ->check(qhx_cli::IsMember({"auto", "on", "off"}));
@@ -93,7 +97,9 @@ int main(int argc, char** argv) {
   o.hf_dir = hf;
   o.out_dir = out;
   o.progress = !quiet;
-  o.cancelled = [] { return g_signal != 0; };
+  o.cancelled = [] {
+    return g_signal != 0;
+  };
   try {
     const qhx::ExportSummary s = qhx::export_bundle(o);
     std::uint64_t total = 0;
@@ -105,12 +111,14 @@ int main(int argc, char** argv) {
     }
     std::printf("  %-32s %12.3f MB\n", "total", static_cast<double>(total) / 1e6);
     if (s.smoothed_channels > 0)
-      std::printf("outlier smoothing: %zu channel(s) of the text decoder folded into the weights\n", s.smoothed_channels);
+      std::printf("outlier smoothing: %zu channel(s) of the text decoder folded into the weights\n",
+                  s.smoothed_channels);
     if (verify) {
       const qhx::VerifyReport r = qhx::verify_bundle(s, o);
       for (const auto& c : r.cases)
-        std::printf("verify %-5s: greedy first token %d (fp32 source %d), logits cosine %.6f (bound %.5f), max abs %.3e\n",
-                    c.name.c_str(), c.bundle_token, c.source_token, c.cosine, r.cosine_bound, c.max_abs);
+        std::printf(
+            "verify %-5s: greedy first token %d (fp32 source %d), logits cosine %.6f (bound %.5f), max abs %.3e\n",
+            c.name.c_str(), c.bundle_token, c.source_token, c.cosine, r.cosine_bound, c.max_abs);
       if (!r.passed) {
         std::fprintf(stderr, "qhx_export: error: the bundle fails the export gate (see above)\n");
         return 1;

@@ -81,8 +81,10 @@ struct DumpCollector {
     std::int64_t n = 1;
     for (const auto d : shape) n *= d;
     values.insert(values.end(), data, data + n);
-    if (shp.empty()) shp = shape;
-    else shp[0] += shape[0];
+    if (shp.empty())
+      shp = shape;
+    else
+      shp[0] += shape[0];
   }
   void write(const std::filesystem::path& dir) const {
     std::filesystem::create_directories(dir);
@@ -107,7 +109,9 @@ std::vector<BatchTask> read_batch(const std::string& path) {
   std::string line;
   for (std::int64_t no = 1; std::getline(in, line); ++no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto where = [&] { return path + ":" + std::to_string(no); };
+    const auto where = [&] {
+      return path + ":" + std::to_string(no);
+    };
     // A task is flat: a depth bound keeps a hostile line from nesting without end.
     const auto shallow = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
       if (depth > 4) qhx::fail(where(), ": nested too deeply for a task");
@@ -169,8 +173,9 @@ int run(const Args& args_in) {
       if (std::none_of(messages.begin(), messages.end(), [](const qhx::Message& m) { return m.role == "user"; }))
         qhx::fail(a.messages, ": no user message to answer (--replay answers each user turn)");
     } else if (messages.back().role != "user") {
-      qhx::fail(a.messages, ": [", messages.size() - 1, "]: the conversation must end with a user message (the last one is \"",
-                messages.back().role, "\"); --replay answers every user turn of a whole conversation");
+      qhx::fail(a.messages, ": [", messages.size() - 1,
+                "]: the conversation must end with a user message (the last one is \"", messages.back().role,
+                "\"); --replay answers every user turn of a whole conversation");
     }
   } else if (a.replay) {
     qhx::fail("--replay needs --messages");
@@ -210,9 +215,8 @@ int run(const Args& args_in) {
   };
   DumpCollector dumps;
   if (!a.dump_dir.empty())
-    qhx::debug::set_dump_sink([&](std::string_view n, const float* d, const std::vector<std::int64_t>& s) {
-      dumps.add(n, d, s);
-    });
+    qhx::debug::set_dump_sink(
+        [&](std::string_view n, const float* d, const std::vector<std::int64_t>& s) { dumps.add(n, d, s); });
 
   // One result per answered turn: --replay answers every user turn of the
   // file in order through one session (the file's assistant turns are
@@ -234,9 +238,13 @@ int run(const Args& args_in) {
       req.speculate = opts.speculate;
       const qhx::GenerationResult r = pipe.generate(req);
       if (a.json) {
-        const nlohmann::json j = {{"index", i}, {"text", r.text}, {"tokens", r.tokens},
-                                  {"prompt_tokens", r.prompt_tokens.size()}, {"stop_reason", r.stop_reason},
-                                  {"ttft_ms", r.timings.ttft_ms}, {"decode_ms_per_token", r.timings.decode_ms_per_token}};
+        const nlohmann::json j = {{"index", i},
+                                  {"text", r.text},
+                                  {"tokens", r.tokens},
+                                  {"prompt_tokens", r.prompt_tokens.size()},
+                                  {"stop_reason", r.stop_reason},
+                                  {"ttft_ms", r.timings.ttft_ms},
+                                  {"decode_ms_per_token", r.timings.decode_ms_per_token}};
         std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
       } else {
         std::string line;
@@ -261,7 +269,9 @@ int run(const Args& args_in) {
     req.speculate = opts.speculate;
     req.keep_step_logits = opts.keep_step_logits;
     req.keep_prompt_logits = opts.keep_prompt_logits;
-    req.on_text = [&](std::string_view text) { opts.on_text(text); };
+    req.on_text = [&](std::string_view text) {
+      opts.on_text(text);
+    };
     results.push_back(pipe.generate(req));
     cache_after.push_back(pipe.image_cache_stats());
   } else {
@@ -293,13 +303,15 @@ int run(const Args& args_in) {
       std::fprintf(stderr, "vision %.1f ms for %lld image tokens (%lld images encoded, %lld from the image cache)\n",
                    t.vision_ms, static_cast<long long>(t.image_tokens), static_cast<long long>(t.images_encoded),
                    static_cast<long long>(t.image_cache_hits));
-    std::fprintf(stderr, "load %.0f ms | prompt %zu tokens (%lld cached), prefill %.1f ms | ttft %.1f ms | decode %.2f ms/token (%.2f tok/s) over %lld steps | %s\n",
+    std::fprintf(stderr,
+                 "load %.0f ms | prompt %zu tokens (%lld cached), prefill %.1f ms | ttft %.1f ms | decode %.2f "
+                 "ms/token (%.2f tok/s) over %lld steps | %s\n",
                  t.load_ms, r.prompt_tokens.size(), static_cast<long long>(r.cached_tokens), t.prefill_ms, t.ttft_ms,
                  t.decode_ms_per_token, t.decode_ms_per_token > 0 ? 1000.0 / t.decode_ms_per_token : 0.0,
                  static_cast<long long>(t.decode_steps), r.stop_reason.c_str());
     if (r.draft_tokens > 0)
-      std::fprintf(stderr, "speculation: %lld of %lld drafted tokens accepted\n", static_cast<long long>(r.accepted_tokens),
-                   static_cast<long long>(r.draft_tokens));
+      std::fprintf(stderr, "speculation: %lld of %lld drafted tokens accepted\n",
+                   static_cast<long long>(r.accepted_tokens), static_cast<long long>(r.draft_tokens));
   }
 
   if (!a.dump_logits.empty()) {
@@ -339,12 +351,17 @@ int run(const Args& args_in) {
           {"draft_tokens", r.draft_tokens},
           {"accepted_tokens", r.accepted_tokens},
           {"timings",
-           {{"load_ms", t.load_ms}, {"vision_ms", t.vision_ms}, {"image_tokens", t.image_tokens},
-            {"images_encoded", t.images_encoded}, {"image_cache_hits", t.image_cache_hits},
-            {"prefill_ms", t.prefill_ms}, {"ttft_ms", t.ttft_ms},
-            {"decode_ms_per_token", t.decode_ms_per_token}, {"decode_steps", t.decode_steps}}},
-          {"image_cache", {{"hits", cache.hits}, {"misses", cache.misses}, {"entries", cache.entries},
-                           {"bytes", cache.bytes}}},
+           {{"load_ms", t.load_ms},
+            {"vision_ms", t.vision_ms},
+            {"image_tokens", t.image_tokens},
+            {"images_encoded", t.images_encoded},
+            {"image_cache_hits", t.image_cache_hits},
+            {"prefill_ms", t.prefill_ms},
+            {"ttft_ms", t.ttft_ms},
+            {"decode_ms_per_token", t.decode_ms_per_token},
+            {"decode_steps", t.decode_steps}}},
+          {"image_cache",
+           {{"hits", cache.hits}, {"misses", cache.misses}, {"entries", cache.entries}, {"bytes", cache.bytes}}},
           {"peak_rss_mb", peak_rss_mb()}};
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     }
@@ -386,7 +403,8 @@ int main(int argc, char** argv) {
   app.add_option("--force-tokens", a.force_tokens,
                  "teacher forcing: take these token ids (comma-separated) instead of sampling")
       ->delimiter(',');
-  app.add_flag("--print-plan", a.print_plan, "print the manifest that would run (for a checkpoint directory: the default plan; for a bundle folder: "
+  app.add_flag("--print-plan", a.print_plan,
+               "print the manifest that would run (for a checkpoint directory: the default plan; for a bundle folder: "
                "its image or text manifest, by whether there are images) and exit");
   app.add_option("--dump-dir", a.dump_dir, "write every named intermediate (e.g. hidden.layer0) to DIR/NAME.npy");
   app.add_option("args", a.positional, "the seed's form: MANIFEST BACKEND SYSTEM_LIB DIR MAX_TOKENS PROMPT [IMAGE]");

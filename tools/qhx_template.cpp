@@ -38,14 +38,14 @@ Json read_json(const std::string& path) {
   }
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
   qhx_cli::App app{"Render a Hugging Face chat template (Jinja) with a conversation"};
   std::string template_path, messages_path, context_path, bos, eos;
   bool add_generation_prompt = false;
-  app.add_option("--template", template_path, ".jinja file, chat_template.json, tokenizer_config.json or checkpoint directory")
+  app.add_option("--template", template_path,
+                 ".jinja file, chat_template.json, tokenizer_config.json or checkpoint directory")
       ->required();
   app.add_option("--messages", messages_path, "JSON file: the list of messages");
   app.add_option("--context", context_path, "JSON file: an object of further template variables");
@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
 
   try {
     const qhx::ChatTemplate tmpl = qhx::ChatTemplate::load(template_path);
-    Json context = {{"messages", Json::array()}, {"tools", nullptr}, {"documents", nullptr},
+    Json context = {{"messages", Json::array()},
+                    {"tools", nullptr},
+                    {"documents", nullptr},
                     {"add_generation_prompt", add_generation_prompt}};
     if (!messages_path.empty()) {
       context["messages"] = read_json(messages_path);

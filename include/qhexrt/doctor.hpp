@@ -36,21 +36,21 @@ struct QnnLibraryReport {
 
 struct QnnReport {
   bool loaded = false;
-  std::string error;                        // why not, when not loaded
-  std::vector<std::string> search_dirs;     // in order; "" = the dynamic loader's search path
-  std::vector<QnnLibraryReport> libraries;  // libQnnHtp.so, then libQnnSystem.so
-  std::string build_id;                     // the libraries' QAIRT build, e.g. "v2.51.0.260929181845"
-  std::string provider;                     // the core interface's provider, e.g. "HTP_QTI_AISW"
+  std::string error;                              // why not, when not loaded
+  std::vector<std::string> search_dirs;           // in order; "" = the dynamic loader's search path
+  std::vector<QnnLibraryReport> libraries;        // libQnnHtp.so, then libQnnSystem.so
+  std::string build_id;                           // the libraries' QAIRT build, e.g. "v2.51.0.260929181845"
+  std::string provider;                           // the core interface's provider, e.g. "HTP_QTI_AISW"
   std::string core_api, backend_api, system_api;  // "major.minor.patch"
 };
 
 struct BinaryReport {
-  std::string key;      // where the graph entry names it: "context_binary", "parts[1].context_binary"
-  std::string path;     // resolved against the manifest's folder
+  std::string key;   // where the graph entry names it: "context_binary", "parts[1].context_binary"
+  std::string path;  // resolved against the manifest's folder
   bool exists = false;
   std::uint64_t bytes = 0;
-  bool read = false;    // the System API read its metadata
-  std::string error;    // why not, when not read
+  bool read = false;  // the System API read its metadata
+  std::string error;  // why not, when not read
   std::string build_id, soc_version;
   std::uint32_t soc_model = 0;                  // recorded in the binary (0 = not recorded)
   std::string soc_name;                         // e.g. "SM8750, HTP v79"
@@ -69,7 +69,7 @@ struct MemoryReport {
   std::uint64_t kv_cache_bytes = 0;  // context_length x layers x kv_heads x 2 x a row's bytes (head_dim x value
                                      // bytes; head_dim + 4 for i8, whose rows carry a scale)
   std::int64_t context_length = 0, layers = 0, kv_heads = 0, head_dim = 0;
-  int kv_value_bytes = 4;            // 4 (f32), 2 with the decoder's "kv_cache": "f16", 1 with "i8"
+  int kv_value_bytes = 4;             // 4 (f32), 2 with the decoder's "kv_cache": "f16", 1 with "i8"
   std::uint64_t available_bytes = 0;  // MemAvailable of /proc/meminfo; 0 = unknown
 };
 

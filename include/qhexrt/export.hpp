@@ -17,20 +17,20 @@
 namespace qhx {
 
 struct ExportOptions {
-  std::filesystem::path hf_dir;     // config.json, model.safetensors(.index.json), tokenizer.json
+  std::filesystem::path hf_dir;  // config.json, model.safetensors(.index.json), tokenizer.json
   std::filesystem::path out_dir;
-  std::string weights = "w8";       // w8 | w4 | f16 | f32
-  std::string lm_head;              // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
-  std::int64_t image_size = 512;    // fixed resize of the VLM manifest; names the files
+  std::string weights = "w8";     // w8 | w4 | f16 | f32
+  std::string lm_head;            // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
+  std::int64_t image_size = 512;  // fixed resize of the VLM manifest; names the files
   std::int64_t prefill_chunk = 320;
   std::int64_t context = 1024;
-  bool progress = true;             // a progress bar on stderr
+  bool progress = true;  // a progress bar on stderr
   // Where the bundle runs: "cpu" (the CPU backend's weight files) or "qnn-htp" (QNN
   // context binaries for the Hexagon NPU of `soc`, docs/qnn.md; needs the QNN generator
   // environment of scripts/setup_qnn.sh and --weights w8).
   std::string target = "cpu";
-  std::string soc = "SM8750";       // SM8650 (HTP v75) | SM8750 (v79) | SM8850 (v81)
-  std::int64_t qnn_parts = 0;       // the decoder's parts (0: the generator chooses by size)
+  std::string soc = "SM8750";  // SM8650 (HTP v75) | SM8750 (v79) | SM8850 (v81)
+  std::int64_t qnn_parts = 0;  // the decoder's parts (0: the generator chooses by size)
   // Outlier channels of the text decoder smoothed into the weights at export
   // (docs/bundle.md, "Outlier smoothing"): "auto" (w8 and w4), "on" (any format), "off".
   std::string smoothing = "auto";
@@ -50,7 +50,7 @@ struct ExportSummary {
   std::vector<std::pair<std::string, std::uint64_t>> files;  // name, bytes
   double seconds = 0;
   std::size_t smoothed_channels = 0;  // outlier channels smoothed into the weights (0: none found, or off)
-  std::filesystem::path out_dir;  // where the bundle is: out_dir made absolute, a symbolic link followed
+  std::filesystem::path out_dir;      // where the bundle is: out_dir made absolute, a symbolic link followed
   std::filesystem::path vlm_manifest, text_manifest;
 };
 
@@ -82,7 +82,6 @@ BundleCheck check_bundle(const std::filesystem::path& dir);
 // The export gate: runs a freshly exported bundle and its fp32 source side by
 // side on a text prompt and an image prompt, and compares the logits that
 // choose the first generated token.
-
 
 struct VerifyCase {
   std::string name;  // "text", "image"

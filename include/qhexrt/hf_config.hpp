@@ -27,16 +27,16 @@ struct Qwen3VLTextConfig {
   std::int64_t num_attention_heads = 0;
   std::int64_t num_key_value_heads = 0;
   std::int64_t head_dim = 0;
-  std::string hidden_act;                 // "silu"
+  std::string hidden_act;  // "silu"
   double rms_norm_eps = 0;
   double rope_theta = 0;
-  std::string rope_type;                  // "default"
+  std::string rope_type;                    // "default"
   std::vector<std::int64_t> mrope_section;  // sums to head_dim / 2, e.g. [24, 20, 20]
   bool mrope_interleaved = true;
   std::int64_t max_position_embeddings = 0;
   bool attention_bias = false;
-  bool tie_word_embeddings = false;       // text_config's own flag
-  std::string dtype;                      // text_config's dtype / torch_dtype ("" when absent)
+  bool tie_word_embeddings = false;  // text_config's own flag
+  std::string dtype;                 // text_config's dtype / torch_dtype ("" when absent)
 };
 
 struct Qwen3VLVisionConfig {
@@ -44,7 +44,7 @@ struct Qwen3VLVisionConfig {
   std::int64_t hidden_size = 0;
   std::int64_t num_heads = 0;
   std::int64_t intermediate_size = 0;
-  std::string hidden_act;                 // "gelu_pytorch_tanh"
+  std::string hidden_act;  // "gelu_pytorch_tanh"
   std::int64_t in_channels = 0;
   std::int64_t patch_size = 0;
   std::int64_t temporal_patch_size = 0;
@@ -54,7 +54,7 @@ struct Qwen3VLVisionConfig {
   std::vector<std::int64_t> deepstack_visual_indexes;
   // The 2-D (axial) vision RoPE: inv_freq[k] = 1 / rope_theta^(4k / head_dim). 4.57 hard-codes
   // 10000; 5.x reads vision_config.rope_parameters.rope_theta (default 10000).
-  std::string rope_type = "axial";        // "axial" (5.x's "default" means the same)
+  std::string rope_type = "axial";  // "axial" (5.x's "default" means the same)
   double rope_theta = 10000.0;
 };
 
@@ -63,8 +63,8 @@ struct Qwen3VLConfig {
   std::int64_t video_token_id = 0;
   std::int64_t vision_start_token_id = 0;
   std::int64_t vision_end_token_id = 0;
-  bool tie_word_embeddings = false;       // top-level flag
-  std::string dtype;                      // top-level dtype / torch_dtype ("" when absent)
+  bool tie_word_embeddings = false;  // top-level flag
+  std::string dtype;                 // top-level dtype / torch_dtype ("" when absent)
   Qwen3VLTextConfig text;
   Qwen3VLVisionConfig vision;
 };

@@ -22,33 +22,33 @@ namespace qhx {
 
 struct GenerationRequest {
   std::string prompt;
-  std::optional<std::string> system;      // a system turn before the user's
-  bool raw = false;                       // the prompt is fed as is, without the chat template
+  std::optional<std::string> system;  // a system turn before the user's
+  bool raw = false;                   // the prompt is fed as is, without the chat template
   // Images, placed in the user's turn at each "<image>" marker of the prompt,
   // or before the text when the prompt has no marker.
   std::vector<std::filesystem::path> images;
-  std::optional<std::string> resize;      // "fixed" or "native"; default: the manifest's
-  std::optional<std::int64_t> max_new_tokens;  // default: the manifest's
-  std::optional<SamplingParams> sampling;      // default: the manifest's
+  std::optional<std::string> resize;              // "fixed" or "native"; default: the manifest's
+  std::optional<std::int64_t> max_new_tokens;     // default: the manifest's
+  std::optional<SamplingParams> sampling;         // default: the manifest's
   std::function<void(std::string_view)> on_text;  // streamed text, never half a UTF-8 character
-  std::vector<std::string> stop;          // stop strings (see GenerationOptions in qhexrt/session.hpp)
+  std::vector<std::string> stop;                  // stop strings (see GenerationOptions in qhexrt/session.hpp)
   // Teacher forcing: decode step i takes forced_tokens[i] instead of sampling
   // (the logits are still computed and kept), e.g. to measure top-1 agreement
   // of a quantized bundle along the fp32 model's own continuation.
   std::vector<std::int32_t> forced_tokens;
-  bool keep_step_logits = false;          // the logits that chose each generated token
-  bool keep_prompt_logits = false;        // the logits at every prompt position
-  std::int64_t speculate = 0;             // n-gram draft length (see GenerationOptions)
+  bool keep_step_logits = false;    // the logits that chose each generated token
+  bool keep_prompt_logits = false;  // the logits at every prompt position
+  std::int64_t speculate = 0;       // n-gram draft length (see GenerationOptions)
 };
 
 struct Timings {
-  double load_ms = 0;      // Pipeline::open
-  double vision_ms = 0;    // image load, resize, stage F and the vision graph
+  double load_ms = 0;    // Pipeline::open
+  double vision_ms = 0;  // image load, resize, stage F and the vision graph
   std::int64_t image_tokens = 0;
-  double prefill_ms = 0;   // prompt through the graphs, up to the first logits
-  double ttft_ms = 0;      // request start to the first generated token
+  double prefill_ms = 0;  // prompt through the graphs, up to the first logits
+  double ttft_ms = 0;     // request start to the first generated token
   double decode_ms_per_token = 0;
-  std::int64_t decode_steps = 0;  // graph runs after prefill
+  std::int64_t decode_steps = 0;      // graph runs after prefill
   std::int64_t images_encoded = 0;    // images that went through stage F and the vision graph
   std::int64_t image_cache_hits = 0;  // images whose features came from the image-feature cache
 };
@@ -65,13 +65,13 @@ struct GenerationResult {
                                             // before a stop string, without a <think> part
   std::string reasoning;                    // the <think>...</think> part of the output, if any
   StopReason stop = StopReason::MaxNewTokens;
-  std::string stop_reason;                  // stop_reason_name(stop), for programs that print it
-  std::int64_t cached_tokens = 0;           // prompt tokens whose KV came from the session's cache
-  std::int64_t vocab = 0;                   // logits row width
-  std::int64_t draft_tokens = 0;            // tokens speculation drafted and the model verified
-  std::int64_t accepted_tokens = 0;         // drafted tokens the model agreed with (emitted or not)
-  std::vector<float> step_logits;           // [tokens.size(), vocab] if requested
-  std::vector<float> prompt_logits;         // [prompt_tokens.size() - cached_tokens, vocab] if requested
+  std::string stop_reason;           // stop_reason_name(stop), for programs that print it
+  std::int64_t cached_tokens = 0;    // prompt tokens whose KV came from the session's cache
+  std::int64_t vocab = 0;            // logits row width
+  std::int64_t draft_tokens = 0;     // tokens speculation drafted and the model verified
+  std::int64_t accepted_tokens = 0;  // drafted tokens the model agreed with (emitted or not)
+  std::vector<float> step_logits;    // [tokens.size(), vocab] if requested
+  std::vector<float> prompt_logits;  // [prompt_tokens.size() - cached_tokens, vocab] if requested
   Timings timings;
 };
 

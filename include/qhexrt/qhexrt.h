@@ -54,9 +54,9 @@ extern "C" {
 
 enum {
   QHX_OK = 0,
-  QHX_ERR = -1,                   /* see qhx_last_error() */
-  QHX_ERR_BUFFER_TOO_SMALL = -2,  /* the needed size was written to the size out-parameter */
-  QHX_ERR_ARGUMENT = -3           /* a NULL handle or pointer, a bad struct_size, an index out of
+  QHX_ERR = -1,                  /* see qhx_last_error() */
+  QHX_ERR_BUFFER_TOO_SMALL = -2, /* the needed size was written to the size out-parameter */
+  QHX_ERR_ARGUMENT = -3          /* a NULL handle or pointer, a bad struct_size, an index out of
                                      range, a role that is none of the three */
 };
 
@@ -97,8 +97,8 @@ int qhx_tokenizer_encode(const qhx_tokenizer* tok, const char* text, size_t len,
 /* Decodes ids to UTF-8 (invalid sequences become U+FFFD). Writes at most
  * `cap` bytes plus a terminating NUL to `buf`; *len receives the length
  * without the NUL. Special tokens are dropped when skip_special != 0. */
-int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_ids, int skip_special,
-                         char* buf, size_t cap, size_t* len);
+int qhx_tokenizer_decode(const qhx_tokenizer* tok, const int32_t* ids, size_t n_ids, int skip_special, char* buf,
+                         size_t cap, size_t* len);
 
 /* ---- pipelines ------------------------------------------------------------ */
 
@@ -116,12 +116,12 @@ void qhx_pipeline_free(qhx_pipeline* pipe);
 
 /* Options of qhx_pipeline_open2 (versioned: see the conventions above). */
 typedef struct qhx_pipeline_options {
-  size_t struct_size;      /* sizeof(qhx_pipeline_options) */
-  int64_t image_cache_mb;  /* bound of the image-feature cache; < 0 (default): the manifest's; 0: off */
-  int want_images;         /* for a bundle folder: != 0 picks its manifest with image stages (refused if it
+  size_t struct_size;        /* sizeof(qhx_pipeline_options) */
+  int64_t image_cache_mb;    /* bound of the image-feature cache; < 0 (default): the manifest's; 0: off */
+  int want_images;           /* for a bundle folder: != 0 picks its manifest with image stages (refused if it
                               has none); 0 (default) its text-only manifest if it has one, else the image
                               one. Ignored for a manifest file or a checkpoint directory */
-  int32_t threads;         /* the CPU kernels' worker threads, process-wide: 0 (default) leaves them as they
+  int32_t threads;           /* the CPU kernels' worker threads, process-wide: 0 (default) leaves them as they
                               are (one per core unless set before); more than the machine's cores is capped
                               at the cores, with a warning (qhx_pipeline_warning); < 0 is refused */
   int32_t weights_in_memory; /* != 0: read the weights decode streams into memory at open instead of mapping
@@ -152,11 +152,11 @@ int qhx_pipeline_takes_images(const qhx_pipeline* pipe, int* takes_images);
 
 /* Statistics of the pipeline's image-feature cache (shared by all its sessions). Versioned. */
 typedef struct qhx_image_cache_stats {
-  size_t struct_size;  /* sizeof(qhx_image_cache_stats), set by the caller */
-  int64_t hits;        /* images whose features came from the cache */
-  int64_t misses;      /* images that went through the vision encoder */
-  int64_t entries;     /* images held */
-  int64_t bytes;       /* bytes held */
+  size_t struct_size; /* sizeof(qhx_image_cache_stats), set by the caller */
+  int64_t hits;       /* images whose features came from the cache */
+  int64_t misses;     /* images that went through the vision encoder */
+  int64_t entries;    /* images held */
+  int64_t bytes;      /* bytes held */
   int64_t capacity_bytes;
 } qhx_image_cache_stats;
 
@@ -176,14 +176,14 @@ int qhx_pipeline_image_cache_stats(const qhx_pipeline* pipe, qhx_image_cache_sta
 /* ---- one-shot generation (API 1) ----------------------------------------- */
 
 typedef struct qhx_generate_options {
-  const char* prompt;          /* the user's message (the whole text if raw != 0) */
-  const char* system;          /* NULL for none */
-  const char* const* images;   /* image paths, placed at "<image>" markers or first */
+  const char* prompt;        /* the user's message (the whole text if raw != 0) */
+  const char* system;        /* NULL for none */
+  const char* const* images; /* image paths, placed at "<image>" markers or first */
   size_t n_images;
-  int32_t max_new_tokens;      /* 0 = the manifest's default */
-  int greedy;                  /* != 0: argmax; else the manifest's sampling defaults */
+  int32_t max_new_tokens; /* 0 = the manifest's default */
+  int greedy;             /* != 0: argmax; else the manifest's sampling defaults */
   uint64_t seed;
-  int raw;                     /* != 0: no chat template */
+  int raw; /* != 0: no chat template */
 } qhx_generate_options;
 
 /* Called with each piece of generated text as it is produced (whole UTF-8 characters). */
@@ -244,30 +244,30 @@ typedef int (*qhx_stream_callback)(const char* text, size_t len, void* user);
  * repetition_penalty 1, presence_penalty 0, seed 0, frequency_penalty 0), no stop
  * strings, resize NULL, no callback, keep_step_logits 0, speculate 0. */
 typedef struct qhx_generation_options {
-  size_t struct_size;           /* sizeof(qhx_generation_options) */
-  int64_t max_new_tokens;       /* <= 0: the manifest's default */
+  size_t struct_size;     /* sizeof(qhx_generation_options) */
+  int64_t max_new_tokens; /* <= 0: the manifest's default */
   /* Sampling. use_manifest_sampling != 0: the manifest's parameters, and the
    * fields below up to `seed` are ignored; 0: exactly these fields (each
    * checked: e.g. temperature > 0 unless greedy), with frequency_penalty. */
   int use_manifest_sampling;
-  int greedy;                   /* != 0: argmax (also implied by temperature == 0) */
+  int greedy; /* != 0: argmax (also implied by temperature == 0) */
   float temperature;
-  int32_t top_k;                /* 0 = off */
-  float top_p;                  /* 1 = off */
-  float min_p;                  /* 0 = off */
-  float repetition_penalty;     /* 1 = off */
-  float presence_penalty;       /* 0 = off */
+  int32_t top_k;            /* 0 = off */
+  float top_p;              /* 1 = off */
+  float min_p;              /* 0 = off */
+  float repetition_penalty; /* 1 = off */
+  float presence_penalty;   /* 0 = off */
   uint64_t seed;
-  const char* const* stop;      /* n_stop stop strings: the answer ends before the first one produced */
+  const char* const* stop; /* n_stop stop strings: the answer ends before the first one produced */
   size_t n_stop;
-  const char* resize;           /* "fixed" or "native"; NULL: the manifest's */
-  qhx_stream_callback on_text;  /* NULL: no streaming */
-  void* user;                   /* passed to on_text */
-  int keep_step_logits;         /* != 0: keep the logits that chose each generated token */
+  const char* resize;          /* "fixed" or "native"; NULL: the manifest's */
+  qhx_stream_callback on_text; /* NULL: no streaming */
+  void* user;                  /* passed to on_text */
+  int keep_step_logits;        /* != 0: keep the logits that chose each generated token */
   /* API version 3. An explicit filler: version 2's struct ends in padding here, whose bytes a
    * version 2 program may not have zeroed, so no field is put in it. Ignored. */
   int32_t reserved_v3;
-  float frequency_penalty;      /* (3) 0 = off; subtracts this times the token's count so far */
+  float frequency_penalty; /* (3) 0 = off; subtracts this times the token's count so far */
   /* API version 4. Again a filler first: version 3's struct ends in 4 bytes of padding. Ignored. */
   int32_t reserved_v4;
   /* (4) Exact speculative decoding: up to this many draft tokens, taken from n-grams of the
@@ -299,16 +299,16 @@ int qhx_pipeline_default_sampling(const qhx_pipeline* pipe, qhx_generation_optio
 
 /* Timings of one answer (versioned; written by qhx_result_timings). */
 typedef struct qhx_timings {
-  size_t struct_size;          /* sizeof(qhx_timings), set by the caller */
-  double load_ms;              /* opening the pipeline */
-  double vision_ms;            /* image load, resize, preprocessing and the vision graph (0 when all cached) */
+  size_t struct_size; /* sizeof(qhx_timings), set by the caller */
+  double load_ms;     /* opening the pipeline */
+  double vision_ms;   /* image load, resize, preprocessing and the vision graph (0 when all cached) */
   int64_t image_tokens;
-  int64_t images_encoded;      /* images that went through the vision encoder */
-  int64_t image_cache_hits;    /* images whose features came from the image-feature cache */
-  double prefill_ms;           /* the prompt through the graphs, up to the first logits */
-  double ttft_ms;              /* request start to the first generated token */
+  int64_t images_encoded;   /* images that went through the vision encoder */
+  int64_t image_cache_hits; /* images whose features came from the image-feature cache */
+  double prefill_ms;        /* the prompt through the graphs, up to the first logits */
+  double ttft_ms;           /* request start to the first generated token */
   double decode_ms_per_token;
-  int64_t decode_steps;        /* graph runs after prefill */
+  int64_t decode_steps; /* graph runs after prefill */
 } qhx_timings;
 
 /* Zeroes *timings and sets struct_size = sizeof(qhx_timings). */

@@ -43,8 +43,8 @@ struct ImageSource {
 struct ContentPart {
   enum class Kind { Text, Image };
   Kind kind = Kind::Text;
-  std::string text;    // Kind::Text
-  ImageSource image;   // Kind::Image
+  std::string text;   // Kind::Text
+  ImageSource image;  // Kind::Image
 
   static ContentPart text_part(std::string text);
   static ContentPart image_part(ImageSource image);
@@ -73,9 +73,9 @@ struct GenerationOptions {
   // Streamed text, never half a UTF-8 character and never a piece of a stop
   // string. Return false to cancel: generation ends with stop_reason "cancelled".
   std::function<bool(std::string_view)> on_text;
-  std::vector<std::int32_t> forced_tokens;     // teacher forcing, as GenerationRequest's
+  std::vector<std::int32_t> forced_tokens;  // teacher forcing, as GenerationRequest's
   bool keep_step_logits = false;
-  bool keep_prompt_logits = false;             // the logits of every *prefilled* prompt position
+  bool keep_prompt_logits = false;  // the logits of every *prefilled* prompt position
   // Prompt-lookup speculation: each decode step verifies up to this many
   // tokens drafted from an earlier n-gram of prompt + output in one graph run
   // (0 = off, at most 16). The output is the same with and without, greedy or

@@ -82,7 +82,8 @@ void check_io(const std::string& graph, std::span<const IoSpec> specs, std::span
     const IoSpec& s = specs[i];
     const TensorRef& t = tensors[i];
     bool ok = t.dtype == s.dtype && t.shape.size() == s.shape.size() && (t.data != nullptr || t.numel() == 0);
-    for (std::size_t d = 0; ok && d < s.shape.size(); ++d) ok = s.shape[d] < 0 ? t.shape[d] >= 0 : t.shape[d] == s.shape[d];
+    for (std::size_t d = 0; ok && d < s.shape.size(); ++d)
+      ok = s.shape[d] < 0 ? t.shape[d] >= 0 : t.shape[d] == s.shape[d];
     if (!ok)
       fail("graph \"", graph, "\": ", what, " \"", s.name, "\" must be ", dtype_name(s.dtype), shape_str(s.shape),
            " (-1 = any), got ", dtype_name(t.dtype), shape_str(t.shape));

@@ -53,7 +53,9 @@ qhx::GenerationOptions to_cpp(const qhx_generation_options& o) {
   if (o.on_text != nullptr) {
     const qhx_stream_callback cb = o.on_text;
     void* user = o.user;
-    g.on_text = [cb, user](std::string_view text) { return cb(text.data(), text.size(), user) == 0; };
+    g.on_text = [cb, user](std::string_view text) {
+      return cb(text.data(), text.size(), user) == 0;
+    };
   }
   g.keep_step_logits = o.keep_step_logits != 0;
   g.speculate = o.speculate;  // the default 0 from an older caller's struct; checked by the pipeline

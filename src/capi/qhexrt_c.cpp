@@ -15,8 +15,8 @@ using namespace qhx::capi;
 
 namespace {
 
-int answer(qhx_session* session, std::vector<qhx::Message> messages, bool append,
-           const qhx_generation_options* options, qhx_result** out, const char* function) {
+int answer(qhx_session* session, std::vector<qhx::Message> messages, bool append, const qhx_generation_options* options,
+           qhx_result** out, const char* function) {
   qhx_generation_options o;
   if (const int st = read_generation_options(options, o, function); st != QHX_OK) return st;
   if (o.stop == nullptr && o.n_stop > 0) return null_argument(function, "options->stop");
@@ -114,7 +114,8 @@ int qhx_pipeline_open2(const char* path, const qhx_pipeline_options* options, qh
       return st;
     read_versioned(options, o);
   }
-  if (o.threads < 0) return set_error(QHX_ERR_ARGUMENT, qhx::cat(fn, ": options->threads must be >= 0, got ", o.threads));
+  if (o.threads < 0)
+    return set_error(QHX_ERR_ARGUMENT, qhx::cat(fn, ": options->threads must be >= 0, got ", o.threads));
   return guarded(fn, [&]() -> int {
     auto p = std::make_unique<qhx_pipeline>();
     if (o.threads > 0) qhx::set_threads(o.threads, &p->warning);
@@ -193,7 +194,9 @@ int qhx_pipeline_generate(qhx_pipeline* pipe, const qhx_generate_options* o, qhx
     }
     req.raw = o->raw != 0;
     if (on_text != nullptr)
-      req.on_text = [on_text, user](std::string_view text) { on_text(text.data(), text.size(), user); };
+      req.on_text = [on_text, user](std::string_view text) {
+        on_text(text.data(), text.size(), user);
+      };
     const qhx::GenerationResult r = pipe->pipe->generate(req);
     *len = r.text.size();
     if (r.text.size() + 1 > cap)
@@ -280,9 +283,8 @@ int qhx_message_part(const qhx_message* msg, size_t index, int* kind, const char
   if (kind == nullptr) return null_argument(fn, "kind");
   if (text == nullptr) return null_argument(fn, "text");
   if (index >= msg->msg.content.size())
-    return set_error(QHX_ERR_ARGUMENT,
-                     qhx::cat(fn, ": index ", index, " is out of range (the message has ", msg->msg.content.size(),
-                              " parts)"));
+    return set_error(QHX_ERR_ARGUMENT, qhx::cat(fn, ": index ", index, " is out of range (the message has ",
+                                                msg->msg.content.size(), " parts)"));
   const qhx::ContentPart& p = msg->msg.content[index];
   if (p.kind == qhx::ContentPart::Kind::Text) {
     *kind = QHX_PART_TEXT;
@@ -340,7 +342,8 @@ int qhx_result_copy_tokens(const qhx_result* result, int32_t* ids, size_t cap, s
   const auto& t = result->r.tokens;
   *n = t.size();
   if (t.size() > cap)
-    return set_error(QHX_ERR_BUFFER_TOO_SMALL, qhx::cat(fn, ": ids buffer too small (", cap, " ids for ", t.size(), ")"));
+    return set_error(QHX_ERR_BUFFER_TOO_SMALL,
+                     qhx::cat(fn, ": ids buffer too small (", cap, " ids for ", t.size(), ")"));
   if (!t.empty()) std::memcpy(ids, t.data(), t.size() * sizeof(int32_t));
   return QHX_OK;
 }
@@ -450,9 +453,7 @@ int qhx_session_send(qhx_session* session, const qhx_message* message, const qhx
   *out = nullptr;
   if (session == nullptr) return null_argument(fn, "session");
   if (message == nullptr) return null_argument(fn, "message");
-  return guarded(fn, [&]() -> int {
-    return answer(session, {message->msg}, true, options, out, fn);
-  });
+  return guarded(fn, [&]() -> int { return answer(session, {message->msg}, true, options, out, fn); });
 }
 
 int qhx_session_respond(qhx_session* session, const qhx_message* const* messages, size_t n,

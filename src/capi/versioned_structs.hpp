@@ -33,13 +33,12 @@ constexpr std::size_t kImageCacheStatsV5 = sizeof(qhx_image_cache_stats);
 
 // Checks a caller's struct_size against the v2 minimum.
 template <typename T>
-int check_struct_size(const T* s, std::size_t v2_size, const char* function, const char* argument,
-                      const char* type) {
+int check_struct_size(const T* s, std::size_t v2_size, const char* function, const char* argument, const char* type) {
   if (s->struct_size < v2_size)
     return set_error(QHX_ERR_ARGUMENT,
                      qhx::cat(function, ": ", argument, "->struct_size is ", s->struct_size, ", below the ", v2_size,
-                              " bytes of API version 2's ", type, " (set it to sizeof(", type, "), or call the ",
-                              type, "'s _init function)"));
+                              " bytes of API version 2's ", type, " (set it to sizeof(", type, "), or call the ", type,
+                              "'s _init function)"));
   return QHX_OK;
 }
 

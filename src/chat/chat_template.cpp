@@ -16,7 +16,8 @@ struct ChatTemplate::Impl {
 };
 
 ChatTemplate ChatTemplate::parse(std::string_view source, const std::string& name) {
-  return ChatTemplate(std::make_shared<const Impl>(Impl{name, std::string(source), chat::Template::parse(source, name)}));
+  return ChatTemplate(
+      std::make_shared<const Impl>(Impl{name, std::string(source), chat::Template::parse(source, name)}));
 }
 
 std::optional<ChatTemplate> ChatTemplate::from_checkpoint(const std::filesystem::path& dir) {
@@ -29,8 +30,9 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) {
     auto t = from_checkpoint(path);
     if (!t)
-      fail(path.string(),
-           ": no chat template (chat_template.json, chat_template.jinja, processor_config.json, tokenizer_config.json)");
+      fail(
+          path.string(),
+          ": no chat template (chat_template.json, chat_template.jinja, processor_config.json, tokenizer_config.json)");
     return *t;
   }
   return parse(chat::load_template_file(path), path.string());
@@ -72,7 +74,9 @@ std::string ChatTemplate::render(const std::vector<Message>& messages, bool add_
     list.push_back(std::move(msg));
   }
   // The variables transformers' apply_chat_template passes without tools or documents.
-  nlohmann::ordered_json context = {{"messages", std::move(list)}, {"tools", nullptr}, {"documents", nullptr},
+  nlohmann::ordered_json context = {{"messages", std::move(list)},
+                                    {"tools", nullptr},
+                                    {"documents", nullptr},
                                     {"add_generation_prompt", add_generation_prompt}};
   return impl_->tmpl.render(context);
 }

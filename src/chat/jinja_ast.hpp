@@ -20,22 +20,22 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    Literal,   // literal
-    Name,      // name
-    List,      // args
-    Tuple,     // args
-    Dict,      // args: key, value, key, value...
-    Attr,      // args[0].name
-    Item,      // args[0][args[1]]
-    Slice,     // args[0][args[1]:args[2]:args[3]] (null children are absent bounds)
-    Call,      // args[0](args[1..], kwargs)
-    Filter,    // args[0] | name(args[1..], kwargs)
-    Test,      // args[0] is name(args[1..], kwargs)
-    Unary,     // name ("-", "+", "not") args[0]
-    Binary,    // args[0] name args[1]; name is an arithmetic operator, "and" or "or"
-    Compare,   // args[0] ops[0] args[1] ops[1] args[2]... ("==", "<", "in", "not in"...)
-    Concat,    // args[0] ~ args[1] ~ ...
-    Cond,      // args[1] if args[0] else args[2] (args[2] may be null)
+    Literal,  // literal
+    Name,     // name
+    List,     // args
+    Tuple,    // args
+    Dict,     // args: key, value, key, value...
+    Attr,     // args[0].name
+    Item,     // args[0][args[1]]
+    Slice,    // args[0][args[1]:args[2]:args[3]] (null children are absent bounds)
+    Call,     // args[0](args[1..], kwargs)
+    Filter,   // args[0] | name(args[1..], kwargs)
+    Test,     // args[0] is name(args[1..], kwargs)
+    Unary,    // name ("-", "+", "not") args[0]
+    Binary,   // args[0] name args[1]; name is an arithmetic operator, "and" or "or"
+    Compare,  // args[0] ops[0] args[1] ops[1] args[2]... ("==", "<", "in", "not in"...)
+    Concat,   // args[0] ~ args[1] ~ ...
+    Cond,     // args[1] if args[0] else args[2] (args[2] may be null)
   };
   Kind kind = Kind::Literal;
   Loc loc;
@@ -63,14 +63,14 @@ struct Node {
   };
   Kind kind = Kind::Text;
   Loc loc;
-  std::string text;                   // Text; Macro name
-  ExprPtr expr;                       // Output, For iterable, Set value
-  ExprPtr cond;                       // For filter
-  std::vector<ExprPtr> conditions;    // If
+  std::string text;                 // Text; Macro name
+  ExprPtr expr;                     // Output, For iterable, Set value
+  ExprPtr cond;                     // For filter
+  std::vector<ExprPtr> conditions;  // If
   std::vector<Body> bodies;
-  std::vector<std::string> targets;   // For / Set names, Macro parameters
-  std::vector<ExprPtr> defaults;      // Macro parameter defaults (null when none)
-  std::string ns_attr;                // Set: assigns targets[0].ns_attr
+  std::vector<std::string> targets;  // For / Set names, Macro parameters
+  std::vector<ExprPtr> defaults;     // Macro parameter defaults (null when none)
+  std::string ns_attr;               // Set: assigns targets[0].ns_attr
 };
 
 // A parsed template: its statements and the name used in messages.

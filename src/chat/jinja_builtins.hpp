@@ -30,7 +30,7 @@ class Args {
   std::string str(std::size_t i, std::string_view dflt) const;  // str() of the argument
   std::optional<std::string> opt_str(std::size_t i) const;      // absent or None: nullopt
   std::int64_t integer(std::size_t i, std::int64_t dflt) const;
-  bool flag(std::size_t i, bool dflt) const;                    // truthiness
+  bool flag(std::size_t i, bool dflt) const;  // truthiness
 
  private:
   std::string_view fn_;

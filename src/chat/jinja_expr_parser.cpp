@@ -41,8 +41,10 @@ ExprPtr ExprParser::parse_tuple(bool with_cond, bool explicit_parens, std::strin
     if (!items.empty()) expect_op(",");
     if (tuple_end(extra_end)) break;
     items.push_back(parse_expression(with_cond));
-    if (is_op(",")) is_tuple = true;
-    else break;
+    if (is_op(","))
+      is_tuple = true;
+    else
+      break;
   }
   if (!is_tuple) {
     if (!items.empty()) return std::move(items.front());
@@ -241,8 +243,7 @@ ExprPtr ExprParser::parse_primary() {
       if (t.text == "[") return parse_list();
       if (t.text == "{") return parse_dict();
       break;
-    default:
-      break;
+    default: break;
   }
   syntax(t, "unexpected " + describe(t));
 }
@@ -273,18 +274,25 @@ ExprPtr ExprParser::parse_dict() {
 
 ExprPtr ExprParser::parse_postfix(ExprPtr node) {
   while (true) {
-    if (is_op(".") || is_op("[")) node = parse_subscript(std::move(node));
-    else if (is_op("(")) node = parse_call(std::move(node));
-    else return node;
+    if (is_op(".") || is_op("["))
+      node = parse_subscript(std::move(node));
+    else if (is_op("("))
+      node = parse_call(std::move(node));
+    else
+      return node;
   }
 }
 
 ExprPtr ExprParser::parse_filter_expr(ExprPtr node) {
   while (true) {
-    if (is_op("|")) node = parse_filter(std::move(node));
-    else if (is_name("is")) node = parse_test(std::move(node));
-    else if (is_op("(")) node = parse_call(std::move(node));
-    else return node;
+    if (is_op("|"))
+      node = parse_filter(std::move(node));
+    else if (is_name("is"))
+      node = parse_test(std::move(node));
+    else if (is_op("("))
+      node = parse_call(std::move(node));
+    else
+      return node;
   }
 }
 

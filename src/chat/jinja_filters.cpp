@@ -14,16 +14,15 @@ namespace qhx::chat::jinja {
 namespace {
 
 constexpr std::array<std::string_view, 30> kFilters = {
-    "length", "count",  "first",     "last",       "join",  "upper",      "lower",      "title",
-    "capitalize", "trim", "replace", "default",    "d",     "string",     "int",        "float",
-    "list",   "items",  "reverse",   "tojson",     "safe",  "indent",     "unique",     "map",
-    "select", "reject", "selectattr", "rejectattr", "abs",  "round"};
+    "length",  "count",   "first",  "last",   "join",   "upper",  "lower",      "title",      "capitalize", "trim",
+    "replace", "default", "d",      "string", "int",    "float",  "list",       "items",      "reverse",    "tojson",
+    "safe",    "indent",  "unique", "map",    "select", "reject", "selectattr", "rejectattr", "abs",        "round"};
 
 constexpr std::array<std::string_view, 34> kTests = {
-    "defined", "undefined", "none",  "string", "number", "integer", "float",  "mapping", "sequence",
-    "iterable", "boolean",  "true",  "false",  "callable", "even",  "odd",    "divisibleby", "eq",
-    "equalto", "==",        "ne",    "!=",     "lt",     "lessthan", "<",     "le",      "<=",
-    "gt",      "greaterthan", ">",   "ge",     ">=",     "in",      "sameas"};
+    "defined",  "undefined",   "none", "string", "number",   "integer",  "float", "mapping",     "sequence",
+    "iterable", "boolean",     "true", "false",  "callable", "even",     "odd",   "divisibleby", "eq",
+    "equalto",  "==",          "ne",   "!=",     "lt",       "lessthan", "<",     "le",          "<=",
+    "gt",       "greaterthan", ">",    "ge",     ">=",       "in",       "sameas"};
 
 CallArgs shift(const CallArgs& args, std::size_t n) {
   CallArgs rest;
@@ -90,7 +89,8 @@ std::optional<std::int64_t> parse_python_int(const std::string& text, std::int64
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(digits.c_str(), &end, static_cast<int>(base));
-  if (*end != '\0' || errno != 0 || digits[0] == '-' || digits[0] == '+' || std::isspace(static_cast<unsigned char>(digits[0])))
+  if (*end != '\0' || errno != 0 || digits[0] == '-' || digits[0] == '+' ||
+      std::isspace(static_cast<unsigned char>(digits[0])))
     return std::nullopt;
   return neg ? -v : v;
 }
@@ -133,8 +133,10 @@ Value round_value(const Value& v, std::int64_t precision, const std::string& met
 }
 
 std::string indent(const std::string& s, const Value* width, bool first, bool blank) {
-  const std::string pad = width == nullptr ? "    " : width->is_string() ? width->str_ref()
-                                                    : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, width->as_int())), ' ');
+  const std::string pad = width == nullptr ? "    "
+                          : width->is_string()
+                              ? width->str_ref()
+                              : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, width->as_int())), ' ');
   // As Jinja: a newline is appended first so a trailing line break survives splitlines.
   const std::vector<std::string> lines = py::splitlines(s + "\n");
   std::string out;
@@ -150,8 +152,9 @@ Value tojson(const Value& v, const Args& a) {
   DumpOptions opt;
   opt.ensure_ascii = a.flag(0, false);
   if (const Value* ind = a.get(1); ind != nullptr && !ind->is_none()) {
-    opt.indent = ind->is_string() ? ind->str_ref()
-                                  : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, ind->as_int())), ' ');
+    opt.indent = ind->is_string()
+                     ? ind->str_ref()
+                     : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, ind->as_int())), ' ');
     opt.item_sep = ",";
   }
   if (const Value* sep = a.get(2); sep != nullptr && !sep->is_none()) {
@@ -342,7 +345,9 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& args) {
     if (!a.has(0)) fault("test '", name, "' needs an argument");
     return *a.get(0);
   };
-  auto none = [&] { Args(args, name, {}); };
+  auto none = [&] {
+    Args(args, name, {});
+  };
   if (name == "defined") return none(), !v.is_undefined();
   if (name == "undefined") return none(), v.is_undefined();
   if (name == "none") return none(), v.is_none();
@@ -354,7 +359,8 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& args) {
   if (name == "true") return none(), v.is_data() && v.data().is_boolean() && v.data().get<bool>();
   if (name == "false") return none(), v.is_data() && v.data().is_boolean() && !v.data().get<bool>();
   if (name == "mapping") return none(), v.is_dict();
-  if (name == "sequence" || name == "iterable") return none(), v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+  if (name == "sequence" || name == "iterable")
+    return none(), v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
   if (name == "callable") return none(), v.kind() == Value::Kind::Callable;
   if (name == "even" || name == "odd") {
     none();

@@ -125,7 +125,9 @@ class Lexer {
     std::string brackets;  // closers expected, innermost last
     while (true) {
       while (pos_ < src_.size() && std::isspace(static_cast<unsigned char>(src_[pos_]))) ++pos_;
-      if (pos_ >= src_.size()) fail_at(open, block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
+      if (pos_ >= src_.size())
+        fail_at(open,
+                block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
       if (brackets.empty()) {
         const char close = block ? '%' : '}';
         const std::size_t at = pos_;
@@ -133,8 +135,10 @@ class Lexer {
         const bool plus = block && src_.compare(pos_, 3, "+%}") == 0;
         if (minus || plus || src_.compare(pos_, 2, std::string{close, '}'}) == 0) {
           pos_ += minus || plus ? 3 : 2;
-          if (minus) pos_ = skip_space(pos_);
-          else if (block && !plus && pos_ < src_.size() && src_[pos_] == '\n') ++pos_;  // trim_blocks
+          if (minus)
+            pos_ = skip_space(pos_);
+          else if (block && !plus && pos_ < src_.size() && src_[pos_] == '\n')
+            ++pos_;  // trim_blocks
           push(block ? Tok::BlockEnd : Tok::VarEnd, "", at);
           return src_[pos_ - 1] == '\n';
         }
@@ -152,8 +156,8 @@ class Lexer {
       return push(Tok::Name, src_.substr(at, pos_ - at), at);
     }
     if (c == '\'' || c == '"') return string(at);
-    static const char* const kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[", "]",
-                                       "(", ")", "{", "}", ">", "<", "=", ".", ":", "|", ",", ";"};
+    static const char* const kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                       "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
     for (const char* op : kOps) {
       const std::string_view o(op);
       if (src_.compare(pos_, o.size(), o) != 0) continue;
@@ -178,12 +182,17 @@ class Lexer {
       while (pos_ < src_.size() && (is_digit(src_[pos_]) || (src_[pos_] == '_' && pos_ > start))) ++pos_;
       return pos_ > start;
     };
-    auto dec = [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; };
+    auto dec = [](char ch) {
+      return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+    };
     if (src_[pos_] == '0' && pos_ + 1 < src_.size() && std::strchr("bBoOxX", src_[pos_ + 1]) != nullptr) {
       const char base = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[pos_ + 1])));
       pos_ += 2;
-      digits([&](char ch) { return base == 'x' ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
-                                   : base == 'o' ? ch >= '0' && ch <= '7' : ch == '0' || ch == '1'; });
+      digits([&](char ch) {
+        return base == 'x'   ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
+               : base == 'o' ? ch >= '0' && ch <= '7'
+                             : ch == '0' || ch == '1';
+      });
       return push(Tok::Integer, src_.substr(at, pos_ - at), at);
     }
     digits(dec);
@@ -215,7 +224,8 @@ class Lexer {
       for (std::size_t k = 0; k < n; ++k) {
         const char h = src_[pos_ + k];
         if (!std::isxdigit(static_cast<unsigned char>(h))) fail_at(at, "truncated \\x, \\u or \\U escape");
-        v = v * 16 + static_cast<std::uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
+        v = v * 16 + static_cast<std::uint32_t>(
+                         std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
       }
       pos_ += n;
       if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) fail_at(at, "escape is not a Unicode scalar value");

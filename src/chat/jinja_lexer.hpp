@@ -22,11 +22,11 @@ enum class Tok {
   BlockBegin,  // {%
   BlockEnd,    // %}
   Name,
-  String,      // value already unescaped
+  String,  // value already unescaped
   Integer,
   Float,
-  Op,          // operator or punctuation: + - * / // % ** ~ [ ] ( ) { } == != > >= < <= = . : | ,
-  End,         // end of template
+  Op,   // operator or punctuation: + - * / // % ** ~ [ ] ( ) { } == != > >= < <= = . : | ,
+  End,  // end of template
 };
 
 struct Token {

@@ -25,7 +25,9 @@ Args::Args(const CallArgs& call, std::string_view fn, std::initializer_list<std:
   }
 }
 
-std::string Args::str(std::size_t i, std::string_view dflt) const { return has(i) ? to_str(*get(i)) : std::string(dflt); }
+std::string Args::str(std::size_t i, std::string_view dflt) const {
+  return has(i) ? to_str(*get(i)) : std::string(dflt);
+}
 
 std::optional<std::string> Args::opt_str(std::size_t i) const {
   if (!has(i) || get(i)->is_none()) return std::nullopt;
@@ -60,9 +62,11 @@ Json strings(const std::vector<std::string>& parts) {
 
 bool affix(const Value& s, const Value& affixes, bool prefix) {
   auto test = [&](const Value& a) {
-    if (!a.is_string()) fault(prefix ? "startswith" : "endswith", " first arg must be str or a tuple of str, not ", type_name(a));
+    if (!a.is_string())
+      fault(prefix ? "startswith" : "endswith", " first arg must be str or a tuple of str, not ", type_name(a));
     const std::string &x = s.str_ref(), &y = a.str_ref();
-    return y.size() <= x.size() && (prefix ? x.compare(0, y.size(), y) == 0 : x.compare(x.size() - y.size(), y.size(), y) == 0);
+    return y.size() <= x.size() &&
+           (prefix ? x.compare(0, y.size(), y) == 0 : x.compare(x.size() - y.size(), y.size(), y) == 0);
   };
   if (affixes.is_list()) {
     for (const Value& a : iterate(affixes))
@@ -148,19 +152,24 @@ Value dict_method(const Value& d, const std::string& name) {
       Args(c, name, {});
       Json out = Json::array();
       for (auto it = d.data().begin(); it != d.data().end(); ++it) {
-        if (name == "items") out.push_back(Json::array({it.key(), it.value()}));
-        else if (name == "keys") out.push_back(it.key());
-        else out.push_back(it.value());
+        if (name == "items")
+          out.push_back(Json::array({it.key(), it.value()}));
+        else if (name == "keys")
+          out.push_back(it.key());
+        else
+          out.push_back(it.value());
       }
       return Value::of(std::move(out));
     });
-  static const std::array<std::string_view, 6> kMutators = {"pop", "popitem", "setdefault", "update", "clear", "__setitem__"};
+  static const std::array<std::string_view, 6> kMutators = {"pop",    "popitem", "setdefault",
+                                                            "update", "clear",   "__setitem__"};
   if (std::find(kMutators.begin(), kMutators.end(), name) != kMutators.end()) return unsafe(d, name);
   return Value::undefined("'dict object' has no attribute '" + name + "'");
 }
 
 Value list_attr(const Value& l, const std::string& name) {
-  static const std::array<std::string_view, 8> kMutators = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+  static const std::array<std::string_view, 8> kMutators = {"append", "extend",  "insert", "pop",
+                                                            "remove", "reverse", "sort",   "clear"};
   if (std::find(kMutators.begin(), kMutators.end(), name) != kMutators.end()) return unsafe(l, name);
   return Value::undefined("'list object' has no attribute '" + name + "'");
 }
@@ -216,7 +225,8 @@ Value get_path(const Value& v, const std::string& path) {
   for (const std::string& part : py::split(path, std::string("."), -1)) {
     std::int64_t index = 0;
     const auto res = std::from_chars(part.data(), part.data() + part.size(), index);
-    const bool digits = !part.empty() && part[0] != '-' && res.ec == std::errc() && res.ptr == part.data() + part.size();
+    const bool digits =
+        !part.empty() && part[0] != '-' && res.ec == std::errc() && res.ptr == part.data() + part.size();
     cur = get_item(cur, digits ? Value::of(index) : Value::of(part));
   }
   return cur;
@@ -232,7 +242,8 @@ Value range(const CallArgs& c) {
     a.push_back(v.as_int());
   }
   if (a.empty() || a.size() > 3) fault("range expected 1 to 3 arguments, got ", a.size());
-  const std::int64_t start = a.size() == 1 ? 0 : a[0], stop = a.size() == 1 ? a[0] : a[1], step = a.size() == 3 ? a[2] : 1;
+  const std::int64_t start = a.size() == 1 ? 0 : a[0], stop = a.size() == 1 ? a[0] : a[1],
+                     step = a.size() == 3 ? a[2] : 1;
   if (step == 0) fault("range() arg 3 must not be zero");
   Json out = Json::array();
   for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -246,8 +257,10 @@ Value range(const CallArgs& c) {
 Value make_namespace(const CallArgs& c) {
   auto ns = std::make_shared<Namespace>();
   auto set = [&](const std::string& k, const Value& v) {
-    if (Value* slot = ns->find(k)) *slot = v;
-    else ns->attrs.emplace_back(k, v);
+    if (Value* slot = ns->find(k))
+      *slot = v;
+    else
+      ns->attrs.emplace_back(k, v);
   };
   for (const Value& p : c.pos) {
     if (!p.is_dict()) fault("namespace() positional arguments must be dicts");

@@ -16,13 +16,16 @@ std::int64_t checked(F f, std::int64_t a, std::int64_t b, std::string_view op) {
   return r;
 }
 std::int64_t add(std::int64_t a, std::int64_t b, std::string_view op) {
-  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_add_overflow(x, y, r); }, a, b, op);
+  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_add_overflow(x, y, r); }, a, b,
+                 op);
 }
 std::int64_t sub(std::int64_t a, std::int64_t b, std::string_view op) {
-  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_sub_overflow(x, y, r); }, a, b, op);
+  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_sub_overflow(x, y, r); }, a, b,
+                 op);
 }
 std::int64_t mul(std::int64_t a, std::int64_t b, std::string_view op) {
-  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_mul_overflow(x, y, r); }, a, b, op);
+  return checked([](std::int64_t x, std::int64_t y, std::int64_t* r) { return __builtin_mul_overflow(x, y, r); }, a, b,
+                 op);
 }
 
 Value repeat(const Value& seq, std::int64_t n) {

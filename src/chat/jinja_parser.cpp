@@ -11,9 +11,9 @@ namespace {
 
 // Jinja's own tags (and the `do` extension) that this renderer leaves out:
 // they are refused by name rather than reported as unknown.
-constexpr std::array<std::string_view, 13> kUnsupportedTags = {
-    "include", "extends", "block", "call", "filter", "with", "import",
-    "from",    "autoescape", "raw", "do", "trans", "endblock"};
+constexpr std::array<std::string_view, 13> kUnsupportedTags = {"include", "extends", "block",   "call",       "filter",
+                                                               "with",    "import",  "from",    "autoescape", "raw",
+                                                               "do",      "trans",   "endblock"};
 
 Node node(Node::Kind kind, Loc loc) {
   Node n;
@@ -135,7 +135,8 @@ class Parser : public ExprParser {
     const bool parens = skip_op("(");
     do {
       if (parens && is_op(")")) break;
-      if (cur().kind != Tok::Name) syntax(cur(), qhx::cat("expected a name to assign in '", what, "', got ", describe(cur())));
+      if (cur().kind != Tok::Name)
+        syntax(cur(), qhx::cat("expected a name to assign in '", what, "', got ", describe(cur())));
       names.push_back(next().text);
     } while (skip_op(","));
     if (parens) expect_op(")");

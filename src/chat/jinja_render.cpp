@@ -126,8 +126,9 @@ class Renderer {
       const Value& item = items[static_cast<std::size_t>(i)];
       Frame f;
       bind(f, n.targets, item);
-      Json loop = {{"index", i + 1}, {"index0", i}, {"revindex", len - i}, {"revindex0", len - i - 1},
-                   {"first", i == 0}, {"last", i == len - 1}, {"length", len}, {"depth", 1}, {"depth0", 0}};
+      Json loop = {{"index", i + 1},  {"index0", i},          {"revindex", len - i}, {"revindex0", len - i - 1},
+                   {"first", i == 0}, {"last", i == len - 1}, {"length", len},       {"depth", 1},
+                   {"depth0", 0}};
       if (i > 0) loop["previtem"] = items[static_cast<std::size_t>(i - 1)].to_json();
       if (i + 1 < len) loop["nextitem"] = items[static_cast<std::size_t>(i + 1)].to_json();
       assign(f, "loop", Value::of(std::move(loop)));
@@ -152,8 +153,10 @@ class Renderer {
     const Value target = lookup(n.targets[0]);
     if (target.kind() != Value::Kind::Namespace) fault("cannot assign attribute on non-namespace object");
     Namespace& ns = target.ns();
-    if (Value* slot = ns.find(n.ns_attr)) *slot = v;
-    else ns.attrs.emplace_back(n.ns_attr, v);
+    if (Value* slot = ns.find(n.ns_attr))
+      *slot = v;
+    else
+      ns.attrs.emplace_back(n.ns_attr, v);
   }
 
   Value macro(const Node& n) {
@@ -182,8 +185,8 @@ class Renderer {
       try {
         for (std::size_t i = 0; i < nparams; ++i) {
           if (given[i]) continue;
-          assign(f, n.targets[i], n.defaults[i] ? eval(*n.defaults[i])
-                                                : Value::undefined("'" + n.targets[i] + "' is undefined"));
+          assign(f, n.targets[i],
+                 n.defaults[i] ? eval(*n.defaults[i]) : Value::undefined("'" + n.targets[i] + "' is undefined"));
         }
         exec(n.bodies[0], text);
       } catch (...) {
@@ -246,7 +249,8 @@ class Renderer {
         // `loop` is held as a dict, but its methods (cycle, changed) are the loop's.
         const Expr& base = *callee.args[0];
         const bool is_loop = base.kind == Expr::Kind::Name && base.name == "loop";
-        fault("unsupported Jinja construct '", is_loop ? "loop" : type_name(obj), ".", callee.name, "' (an unknown method)");
+        fault("unsupported Jinja construct '", is_loop ? "loop" : type_name(obj), ".", callee.name,
+              "' (an unknown method)");
       }
     } else {
       fn = eval(callee);
@@ -355,9 +359,7 @@ std::string Template::render(const nlohmann::ordered_json& context) const {
   return jinja::Renderer(program_, context).run();
 }
 
-std::string Template::render(const nlohmann::json& context) const {
-  return render(nlohmann::ordered_json(context));
-}
+std::string Template::render(const nlohmann::json& context) const { return render(nlohmann::ordered_json(context)); }
 
 const std::string& Template::name() const { return program_->name; }
 

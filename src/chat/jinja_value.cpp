@@ -41,7 +41,8 @@ void Value::fail_undefined() const { fault(why_); }
 
 std::int64_t Value::as_int() const {
   if (at_->is_boolean()) return at_->get<bool>() ? 1 : 0;
-  if (at_->is_number_unsigned() && at_->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+  if (at_->is_number_unsigned() &&
+      at_->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
     fault("integer ", at_->get<std::uint64_t>(), " is too large");
   return at_->get<std::int64_t>();
 }
@@ -148,7 +149,8 @@ bool json_equal(const Json& a, const Json& b) {
   if (an || bn) {
     if (!an || !bn) return false;
     return Value::inside(nullptr, &a).as_double() == Value::inside(nullptr, &b).as_double() &&
-           (a.is_number_float() || b.is_number_float() || Value::inside(nullptr, &a).as_int() == Value::inside(nullptr, &b).as_int());
+           (a.is_number_float() || b.is_number_float() ||
+            Value::inside(nullptr, &a).as_int() == Value::inside(nullptr, &b).as_int());
   }
   if (a.type() != b.type()) return false;
   if (a.is_array()) {

@@ -66,8 +66,8 @@ class Value {
   const std::string& str_ref() const { return at_->get_ref<const std::string&>(); }
   bool is_number() const { return is_data() && (at_->is_number() || at_->is_boolean()); }
   bool is_int() const { return is_data() && (at_->is_number_integer() || at_->is_boolean()); }
-  std::int64_t as_int() const;   // ints and bools
-  double as_double() const;      // any number or bool
+  std::int64_t as_int() const;  // ints and bools
+  double as_double() const;     // any number or bool
   bool is_list() const { return is_data() && at_->is_array(); }
   bool is_dict() const { return is_data() && at_->is_object(); }
   bool is_none() const { return is_data() && at_->is_null(); }

@@ -12,7 +12,9 @@
 namespace qhx::chat::py {
 
 char32_t decode_at(std::string_view s, std::size_t i, std::size_t& len) {
-  auto byte = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(s[i + k])); };
+  auto byte = [&](std::size_t k) {
+    return static_cast<unsigned>(static_cast<unsigned char>(s[i + k]));
+  };
   len = 0;
   const unsigned lead = byte(0);
   if (lead < 0x80) {
@@ -97,20 +99,29 @@ std::size_t length(std::string_view s) {
 bool is_space(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
   switch (c) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000: return true;
+    default: return c >= 0x2000 && c <= 0x200A;
   }
 }
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
   const std::u32string u = decode(s);
   const std::u32string set = chars ? decode(*chars) : std::u32string();
-  auto drop = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_space(c); };
+  auto drop = [&](char32_t c) {
+    return chars ? set.find(c) != std::u32string::npos : is_space(c);
+  };
   std::size_t b = 0, e = u.size();
-  if (left) while (b < e && drop(u[b])) ++b;
-  if (right) while (e > b && drop(u[e - 1])) --e;
+  if (left)
+    while (b < e && drop(u[b])) ++b;
+  if (right)
+    while (e > b && drop(u[e - 1])) --e;
   return encode(std::u32string_view(u).substr(b, e - b));
 }
 
@@ -182,8 +193,8 @@ std::vector<std::string> splitlines(std::string_view s) {
   std::size_t start = 0;
   for (std::size_t i = 0; i < u.size(); ++i) {
     const char32_t c = u[i];
-    const bool brk = c == U'\n' || c == U'\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) ||
-                     c == 0x85 || c == 0x2028 || c == 0x2029;
+    const bool brk = c == U'\n' || c == U'\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
+                     c == 0x2028 || c == 0x2029;
     if (!brk) continue;
     lines.push_back(encode(std::u32string_view(u).substr(start, i - start)));
     if (c == U'\r' && i + 1 < u.size() && u[i + 1] == U'\n') ++i;
@@ -200,7 +211,10 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
     // Python inserts `with` before every code point and at the end.
     const std::u32string u = decode(s);
     for (char32_t c : u) {
-      if (count < 0 || done < count) { out += with; ++done; }
+      if (count < 0 || done < count) {
+        out += with;
+        ++done;
+      }
       append(out, c);
     }
     if (count < 0 || done < count) out += with;
@@ -270,7 +284,9 @@ std::string title(std::string_view s) {
 
 std::string jinja_title(std::string_view s) {
   std::u32string u = decode(s);
-  auto separator = [](char32_t c) { return c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<' || is_space(c); };
+  auto separator = [](char32_t c) {
+    return c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<' || is_space(c);
+  };
   // Each run of separators, and each run between them, starts a new item whose
   // first code point is upper-cased and the rest lower-cased.
   for (std::size_t i = 0; i < u.size();) {

@@ -39,8 +39,8 @@ std::int64_t find(std::string_view s, std::string_view sub);
 
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
-std::string capitalize(std::string_view s);  // str.capitalize()
-std::string title(std::string_view s);       // str.title()
+std::string capitalize(std::string_view s);   // str.capitalize()
+std::string title(std::string_view s);        // str.title()
 std::string jinja_title(std::string_view s);  // Jinja's |title filter (words split at - ( { [ < and spaces)
 
 // Python's slice s[start:stop:step] resolved against a length; returns the indices taken.

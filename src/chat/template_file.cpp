@@ -41,7 +41,8 @@ std::optional<std::string> json_template(const fs::path& path) {
   if (it->is_array()) {
     // transformers' form for several named templates: [{"name": ..., "template": ...}].
     for (const auto& entry : *it) {
-      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["template"].is_string())
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+          !entry["template"].is_string())
         qhx::fail(path.string(), ": \"chat_template\" list entries must be {\"name\", \"template\"} objects");
       if (entry["name"] == "default") return entry["template"].get<std::string>();
     }
@@ -61,7 +62,8 @@ std::string load_template_file(const fs::path& path) {
 
 std::optional<TemplateSource> find_checkpoint_template(const fs::path& dir) {
   if (!fs::is_directory(dir)) qhx::fail(dir.string(), ": not a directory");
-  for (const char* name : {"chat_template.json", "chat_template.jinja", "processor_config.json", "tokenizer_config.json"}) {
+  for (const char* name :
+       {"chat_template.json", "chat_template.jinja", "processor_config.json", "tokenizer_config.json"}) {
     const fs::path p = dir / name;
     if (!fs::is_regular_file(p)) continue;
     if (p.extension() == ".jinja") return TemplateSource{p, read_all(p)};

@@ -40,9 +40,9 @@ inline std::uint16_t f32_to_f16(float f) {
     return static_cast<std::uint16_t>(sign | 0x7C00u | nan);
   }
   if (x >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520: rounds past 65504
-  if (x >= 0x38800000u) {  // >= 2^-14: a normal f16
-    std::uint32_t m = x - (112u << 23);   // rebias 127 -> 15
-    m += 0xFFFu + ((m >> 13) & 1u);       // round the 13 dropped bits to nearest even (a carry bumps the exponent)
+  if (x >= 0x38800000u) {                                                   // >= 2^-14: a normal f16
+    std::uint32_t m = x - (112u << 23);                                     // rebias 127 -> 15
+    m += 0xFFFu + ((m >> 13) & 1u);  // round the 13 dropped bits to nearest even (a carry bumps the exponent)
     return static_cast<std::uint16_t>(sign | (m >> 13));
   }
   // A subnormal f16 (or zero): the value in units of 2^-24, rounded to nearest even.

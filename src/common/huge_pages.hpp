@@ -13,7 +13,7 @@ inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 // the bytes asked for, rounded up to whole 2 MiB pages and advised MADV_HUGEPAGE (advisory:
 // without it the memory is the same, in 4 KiB pages). Zero-filled, as any fresh mapping.
 struct HugeRegion {
-  void* base = nullptr;       // the mapping, for unmap_huge
+  void* base = nullptr;  // the mapping, for unmap_huge
   std::size_t length = 0;
   std::byte* data = nullptr;  // 2 MiB-aligned, `bytes` rounded up to 2 MiB usable
   std::size_t bytes = 0;

@@ -101,8 +101,8 @@ class Section {
   // 2048.5 or true is a broken file, not a size.
   std::int64_t to_integer(const Json& v, const std::string& path) const {
     if (!v.is_number_integer()) fail(source_, ": ", path, ": expected an integer, got ", describe(v));
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(
-                                                              std::numeric_limits<std::int64_t>::max()))
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       fail(source_, ": ", path, ": integer ", v.dump(), " is out of range");
     return v.get<std::int64_t>();
   }

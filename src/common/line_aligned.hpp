@@ -21,10 +21,12 @@ struct LineAllocator {
   LineAllocator() = default;
   template <class U>
   LineAllocator(const LineAllocator<U>&) {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kCacheLine})); }
-  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t{kCacheLine}); }
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kCacheLine})); }
+  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{kCacheLine}); }
   template <class U>
-  bool operator==(const LineAllocator<U>&) const { return true; }
+  bool operator==(const LineAllocator<U>&) const {
+    return true;
+  }
 };
 
 // A float buffer whose first element starts a cache line.

@@ -118,18 +118,21 @@ void MappedFile::read_into_memory(int fd) {
   struct stat before {};
   if (::fstat(fd, &before) != 0) fail(path_.string(), ": cannot stat: ", std::strerror(errno));
   const HugeRegion region = map_huge(size_);
-  if (region.data == nullptr) fail(path_.string(), ": cannot allocate ", size_, " bytes to read it into: ", std::strerror(errno));
+  if (region.data == nullptr)
+    fail(path_.string(), ": cannot allocate ", size_, " bytes to read it into: ", std::strerror(errno));
   region_ = region;
   std::byte* dst = region.data;
   const std::size_t slices = (size_ + kHuge - 1) / kHuge;
-  const unsigned threads = static_cast<unsigned>(std::clamp<std::size_t>(std::min<std::size_t>(slices, std::thread::hardware_concurrency()), 1, 4));
+  const unsigned threads = static_cast<unsigned>(
+      std::clamp<std::size_t>(std::min<std::size_t>(slices, std::thread::hardware_concurrency()), 1, 4));
   std::vector<int> errors(threads, 0);
   std::vector<char> short_read(threads, 0);
   const auto read_part = [&](unsigned t) {
     std::size_t at = size_ * t / threads / kHuge * kHuge;
     const std::size_t end = t + 1 == threads ? size_ : size_ * (t + 1) / threads / kHuge * kHuge;
     while (at < end) {
-      const ssize_t got = ::pread(fd, dst + at, std::min<std::size_t>(end - at, std::size_t{64} << 20), static_cast<off_t>(at));
+      const ssize_t got =
+          ::pread(fd, dst + at, std::min<std::size_t>(end - at, std::size_t{64} << 20), static_cast<off_t>(at));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) {
         errors[t] = errno;

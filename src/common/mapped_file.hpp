@@ -60,7 +60,7 @@ class MappedFile {
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
-  int slot_ = -1;  // in the mapping registry; -1 for an empty file (nothing mapped) or one in memory
+  int slot_ = -1;      // in the mapping registry; -1 for an empty file (nothing mapped) or one in memory
   HugeRegion region_;  // in memory: the anonymous mapping data_ lies in
 };
 

@@ -125,8 +125,7 @@ void install_handler() {
   static bool installed = false;
   if (installed) return;
   g_page_size.store(static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)));
-  if (sigaction(SIGBUS, nullptr, &g_previous) != 0)
-    fail("cannot read the SIGBUS disposition: ", std::strerror(errno));
+  if (sigaction(SIGBUS, nullptr, &g_previous) != 0) fail("cannot read the SIGBUS disposition: ", std::strerror(errno));
   struct sigaction sa {};
   sa.sa_sigaction = on_sigbus;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
@@ -151,7 +150,8 @@ void stat_one(std::size_t i) {
 std::string lost_message(std::size_t i, const char* advice) {
   const Info& in = infos()[i];
   struct stat st {};
-  const std::string now = ::fstat(in.fd, &st) == 0 ? cat(st.st_size, " bytes now") : std::string("its size now unknown");
+  const std::string now =
+      ::fstat(in.fd, &st) == 0 ? cat(st.st_size, " bytes now") : std::string("its size now unknown");
   const char* how = g_ranges[i].lost.load() == kFaulted ? "a read fell past its end"
                                                         : "its size or modification time is not what it was at open";
   return cat(in.path, ": the file was truncated or changed while mapped (", how, "; ", in.size, " bytes at open, ", now,

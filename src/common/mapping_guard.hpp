@@ -19,7 +19,7 @@ namespace qhx {
 // Mappings made on a thread while a MappingGroupScope is alive there belong
 // to its group, so a pipeline can check exactly the files it mapped.
 using MappingGroup = std::uint64_t;
-inline constexpr MappingGroup kNoMappingGroup = 0;      // mappings made outside any scope
+inline constexpr MappingGroup kNoMappingGroup = 0;                    // mappings made outside any scope
 inline constexpr MappingGroup kEveryMappingGroup = ~MappingGroup{0};  // for checks: all of them
 MappingGroup new_mapping_group();
 

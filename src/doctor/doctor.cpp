@@ -54,7 +54,8 @@ std::vector<std::string> cpu_features() {
   // CPUID leaf 7 EDX bit 23 read directly: clang 14's __builtin_cpu_supports has no
   // "avx512fp16". Its avx512f check above covers the OS's saving of the ZMM state.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0)
+  if (__builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 &&
+      (edx & (1u << 23)) != 0)
     f.emplace_back("avx512fp16");
 #elif defined(__aarch64__) && defined(__linux__)
   const unsigned long hw = getauxval(AT_HWCAP);
@@ -142,7 +143,8 @@ QnnReport qnn_report(const qnn::Runtime** runtime) {
       const std::string why = a.error.rfind(prefix, 0) == 0 ? a.error.substr(prefix.size()) : a.error;
       l.tried.push_back(cat(a.path.string(), ": ", why));
     }
-    if (*runtime != nullptr) l.path = (l.name == "libQnnHtp.so" ? (*runtime)->htp_file() : (*runtime)->system_file()).string();
+    if (*runtime != nullptr)
+      l.path = (l.name == "libQnnHtp.so" ? (*runtime)->htp_file() : (*runtime)->system_file()).string();
     r.libraries.push_back(std::move(l));
   }
   // Not found anywhere: one sentence with the paths (the libraries' own lists have the reasons).
@@ -235,7 +237,8 @@ struct Checker {
                     " (tools/qnn/make_qnn_graphs.py), or name the binary prepared for ", want));
     }
     const auto builds = doctor::check_qairt_builds(b.build_id, rt->build_id());
-    if (!builds.message.empty()) (builds.problem ? report.problems : report.warnings).push_back(cat(where, ": ", builds.message));
+    if (!builds.message.empty())
+      (builds.problem ? report.problems : report.warnings).push_back(cat(where, ": ", builds.message));
     const auto g = owner.find("graph");
     if (g != owner.end() && g->is_string()) {
       if (std::find(b.graphs.begin(), b.graphs.end(), g->get<std::string>()) == b.graphs.end()) {
@@ -366,7 +369,8 @@ void check_bundle_files(const fs::path& plan, DoctorReport& report) {
   if (dir.empty() || !fs::is_directory(dir, ec)) return;
   if (!fs::exists(dir / "checksums.json", ec)) {
     if (exported_bundle(dir))
-      report.warnings.push_back(cat(dir.string(), ": no checksums.json (exported before QHexRT recorded checksums): "
+      report.warnings.push_back(cat(dir.string(),
+                                    ": no checksums.json (exported before QHexRT recorded checksums): "
                                     "its files cannot be checked; export it again to have them"));
     return;
   }

@@ -46,17 +46,22 @@ BuildCheck check_qairt_builds(const std::string& binary_build, const std::string
                         "\" (not versions QHexRT can compare)");
     return out;
   }
-  const auto release = [](const QairtVersion& v) { return cat(v.major, ".", v.minor); };
-  const auto full = [](const QairtVersion& v) { return cat(v.major, ".", v.minor, ".", v.patch, v.build.empty() ? "" : ".", v.build); };
-  const int cmp = b->major != l->major ? (b->major < l->major ? -1 : 1) : (b->minor != l->minor ? (b->minor < l->minor ? -1 : 1) : 0);
+  const auto release = [](const QairtVersion& v) {
+    return cat(v.major, ".", v.minor);
+  };
+  const auto full = [](const QairtVersion& v) {
+    return cat(v.major, ".", v.minor, ".", v.patch, v.build.empty() ? "" : ".", v.build);
+  };
+  const int cmp = b->major != l->major ? (b->major < l->major ? -1 : 1)
+                                       : (b->minor != l->minor ? (b->minor < l->minor ? -1 : 1) : 0);
   if (cmp > 0) {
     out.problem = true;
     out.message = cat("binary prepared with QAIRT ", full(*b), ", libraries are ", full(*l), ": install the QAIRT ",
                       release(*b), " runtime libraries or re-export with QAIRT ", release(*l));
   } else if (cmp < 0) {
-    out.message = cat("binary prepared with QAIRT ", full(*b), ", libraries are ", full(*l),
-                      ": newer runtimes normally load older binaries; if loading fails, re-export with QAIRT ",
-                      release(*l));
+    out.message =
+        cat("binary prepared with QAIRT ", full(*b), ", libraries are ", full(*l),
+            ": newer runtimes normally load older binaries; if loading fails, re-export with QAIRT ", release(*l));
   }
   return out;
 }

@@ -1,6 +1,5 @@
 #include "export/bundle_manifests.hpp"
 
-
 #include "common/durable_file.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/manifest.hpp"
@@ -30,14 +29,14 @@ namespace {
 
 nlohmann::json common(const BundleFiles& f, const std::string& name, const HfDirPlan& hf) {
   nlohmann::json m = {{"qhexrt_manifest", kManifestVersion},
-          {"name", name},
-          {"model", "qwen3vl"},
-          {"config", "config.json"},
-          {"tokenizer", "tokenizer.json"},
-          {"chat_template", f.chat_template},
-          {"context_length", f.context},
-          {"prefill_chunk", f.prefill_chunk},
-          {"max_new_tokens", 256}};
+                      {"name", name},
+                      {"model", "qwen3vl"},
+                      {"config", "config.json"},
+                      {"tokenizer", "tokenizer.json"},
+                      {"chat_template", f.chat_template},
+                      {"context_length", f.context},
+                      {"prefill_chunk", f.prefill_chunk},
+                      {"max_new_tokens", 256}};
   add_generation_keys(hf, m);  // sampling, stop_tokens, stop_token_ids
   return m;
 }
@@ -63,7 +62,9 @@ nlohmann::json llm_graphs(const BundleFiles& f) {
   return g;
 }
 
-nlohmann::json table(const std::string& file, const std::string& tensor) { return {{"file", file}, {"tensor", tensor}}; }
+nlohmann::json table(const std::string& file, const std::string& tensor) {
+  return {{"file", file}, {"tensor", tensor}};
+}
 
 }  // namespace
 
@@ -118,8 +119,11 @@ nlohmann::json qnn_decoder(const nlohmann::json& desc, const std::string& which,
     }
     parts.push_back(std::move(part));
   }
-  return {{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"}, {"contract", "decoder_block"},
-          {"soc_model", soc_model}, {"parts", parts}};
+  return {{"backend", "qnn-htp"},
+          {"kind", "qnn.context_graph"},
+          {"contract", "decoder_block"},
+          {"soc_model", soc_model},
+          {"parts", parts}};
 }
 
 // The CPU plan's stages with the language model split into its prefill and decode graphs.
@@ -145,7 +149,8 @@ nlohmann::json qnn_common(const BundleFiles& f, const std::string& name, const H
 }  // namespace
 
 nlohmann::json qnn_vlm_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& desc) {
-  nlohmann::json m = qnn_common(f, "qwen3vl-vlm-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
+  nlohmann::json m = qnn_common(
+      f, "qwen3vl-vlm-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
   // The vision graph was prepared for one image size: every image is resized to it.
   m["image"] = {{"resize", "fixed"}, {"size", f.image_size}};
   m["tables"]["patch_embed"] = table(f.patch_embed, "model.visual.patch_embed.proj.weight");
@@ -158,7 +163,8 @@ nlohmann::json qnn_vlm_manifest(const BundleFiles& f, const HfDirPlan& hf, const
 }
 
 nlohmann::json qnn_text_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& desc) {
-  nlohmann::json m = qnn_common(f, "qwen3vl-text-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
+  nlohmann::json m = qnn_common(
+      f, "qwen3vl-text-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
   // The seed's text plan: the prompt goes through the decode graph one token at a time.
   m["stages"] = on_graphs(qwen3vl_text_stages("decode_over_prompt"), "decode");
   return m;

@@ -19,7 +19,7 @@ namespace qhx {
 struct BundleFiles {
   std::string vision, llm, lm_head, embed, patch_embed, patch_bias, pos_embed;  // file names in the bundle
   std::int64_t image_size = 512, context = 1024, prefill_chunk = 320;
-  std::string weights;  // w8 | w4 | f16 | f32, for the manifests' names
+  std::string weights;                    // w8 | w4 | f16 | f32, for the manifests' names
   std::string chat_template = "qwen3vl";  // the family's built-in one, or the checkpoint's copied into the bundle
   std::string kv_cache;  // the decoder's "kv_cache" ("" : f16 in w8 and w4 bundles, else the default f32)
 };

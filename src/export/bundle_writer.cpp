@@ -158,10 +158,10 @@ void BundleWriter::finish() {
   header["__metadata__"] = std::move(meta);
   for (const Placed& p : placed) {
     const bool pad = p.entry == nullptr;
-    header[p.name] = {{"dtype", dtype_name(pad ? DType::U8 : p.entry->dtype)},
-                      {"shape", pad ? std::vector<std::int64_t>{static_cast<std::int64_t>(p.end - p.begin)}
-                                    : p.entry->shape},
-                      {"data_offsets", {p.begin, p.end}}};
+    header[p.name] = {
+        {"dtype", dtype_name(pad ? DType::U8 : p.entry->dtype)},
+        {"shape", pad ? std::vector<std::int64_t>{static_cast<std::int64_t>(p.end - p.begin)} : p.entry->shape},
+        {"data_offsets", {p.begin, p.end}}};
   }
   std::string text = header.dump();
   const std::size_t used = (8 + text.size()) % kBundleAlignment;
@@ -213,8 +213,8 @@ void BundleWriter::finish() {
 // ---------------------------------------------------------------------------
 // Matrices
 
-WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
-                        std::int64_t cols, RowSource rows_of) {
+WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows, std::int64_t cols,
+                        RowSource rows_of) {
   if (rows < 0 || cols < 0) fail(w.path().string(), ": matrix '", name, "': negative shape [", rows, ", ", cols, "]");
   if (!rows_of) fail(w.path().string(), ": matrix '", name, "' has no row source");
   const WeightFormat sf = matrix_storage_format(f, cols);
@@ -255,9 +255,7 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
             scales[0] = quantize_w8_row(row.data(), cols, q.data());
             std::memcpy(bytes.data(), q.data(), bytes.size());
             break;
-          case WeightFormat::W4:
-            quantize_w4_row(row.data(), cols, bytes.data(), scales);
-            break;
+          case WeightFormat::W4: quantize_w4_row(row.data(), cols, bytes.data(), scales); break;
         }
       } catch (const Error& e) {
         fail("row ", r, ": ", e.what());
@@ -276,8 +274,8 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
   return sf;
 }
 
-WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
-                        std::int64_t cols, std::vector<float> values) {
+WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows, std::int64_t cols,
+                        std::vector<float> values) {
   if (rows < 0 || cols < 0 || values.size() != static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols))
     fail(w.path().string(), ": matrix '", name, "': ", values.size(), " values for shape [", rows, ", ", cols, "]");
   auto data = std::make_shared<std::vector<float>>(std::move(values));

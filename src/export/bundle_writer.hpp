@@ -106,8 +106,8 @@ using RowSource = std::function<void(std::int64_t r, float* out)>;
 // cols % 32 != 0: see matrix_storage_format): `name` and, for w8 and w4,
 // `name + ".scale"`, converted row by row from `rows_of` as the file is written.
 // Returns the format actually used. Conversion errors name the tensor and row.
-WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
-                        std::int64_t cols, RowSource rows_of);
+WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows, std::int64_t cols,
+                        RowSource rows_of);
 // Declares w8 matrix `name` [rows, cols] in the panel form the int8 kernels read in
 // place (src/backends/cpu/stored_panels.hpp; docs/bundle.md, "Panel form"): tensors
 // `name.panels`, `.row_sums`, `.scale` and `.shape`, quantized as add_matrix's w8,
@@ -115,7 +115,7 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
 void add_w8_panel_matrix(BundleWriter& w, const std::string& name, std::int64_t rows, std::int64_t cols,
                          RowSource rows_of);
 // The same as add_matrix from an f32 matrix held by the writer until finish().
-WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows,
-                        std::int64_t cols, std::vector<float> values);
+WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows, std::int64_t cols,
+                        std::vector<float> values);
 
 }  // namespace qhx

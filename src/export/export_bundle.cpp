@@ -38,8 +38,8 @@ class Progress {
     const int pct = total_ == 0 ? 100 : static_cast<int>(100 * done_ / total_);
     if (pct == last_pct_) return;
     last_pct_ = pct;
-    std::fprintf(stderr, "\r[%-40s] %3d%% %s", std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(),
-                 pct, file_.c_str());
+    std::fprintf(stderr, "\r[%-40s] %3d%% %s", std::string(static_cast<std::size_t>(pct * 40 / 100), '#').c_str(), pct,
+                 file_.c_str());
     std::fflush(stderr);
   }
   void finish() {
@@ -94,17 +94,21 @@ bool starts_with(const std::string& s, std::string_view p) { return s.compare(0,
 
 // Every tensor of the checkpoint under `prefix` (except `skip` prefixes): matrices in
 // the bundle's format, vectors in f32.
-void add_group(BundleWriter& w, const Checkpoint& ck, std::string_view prefix, std::initializer_list<std::string_view> skip,
-               WeightFormat f, bool panels, Progress& progress, const OutlierSmoothing* smoothing = nullptr) {
+void add_group(BundleWriter& w, const Checkpoint& ck, std::string_view prefix,
+               std::initializer_list<std::string_view> skip, WeightFormat f, bool panels, Progress& progress,
+               const OutlierSmoothing* smoothing = nullptr) {
   for (const auto& name : ck.names()) {
     if (!starts_with(name, prefix)) continue;
     bool skipped = false;
     for (const auto s : skip) skipped |= starts_with(name, s);
     if (skipped) continue;
     const TensorView& t = ck.get(name);
-    if (t.shape.size() == 2) add_matrix(w, name, t, t.shape[0], t.shape[1], f, panels, progress, smoothing);
-    else if (t.shape.size() == 1) add_vector(w, name, t, progress, smoothing);
-    else fail("tensor ", name, ": unexpected rank ", t.shape.size());
+    if (t.shape.size() == 2)
+      add_matrix(w, name, t, t.shape[0], t.shape[1], f, panels, progress, smoothing);
+    else if (t.shape.size() == 1)
+      add_vector(w, name, t, progress, smoothing);
+    else
+      fail("tensor ", name, ": unexpected rank ", t.shape.size());
   }
 }
 
@@ -114,7 +118,6 @@ std::uint64_t group_bytes(const Checkpoint& ck, std::string_view prefix) {
     if (starts_with(name, prefix)) n += ck.get(name).nbytes;
   return n;
 }
-
 
 }  // namespace
 
@@ -171,8 +174,8 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   Progress progress(group_bytes(ck, "model.") + head.nbytes, o);
   const bool panels = o.layout == "panels";  // w8 matrices of the graphs that repack them (not tables)
   const auto meta = [&](const std::string& role) {
-    return std::map<std::string, std::string>{{"role", role}, {"weights", o.weights},
-                                              {"source", o.hf_dir.filename().string()}};
+    return std::map<std::string, std::string>{
+        {"role", role}, {"weights", o.weights}, {"source", o.hf_dir.filename().string()}};
   };
   const auto write = [&](const std::string& file, const std::string& role, auto&& fill) {
     check_cancelled(o);
@@ -193,8 +196,10 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   });
   // "auto": where int8 arithmetic meets the activations (w8, w4), outlier channels are
   // smoothed into the weights (export/outlier_smoothing.hpp).
-  const bool smooth = o.smoothing == "on" || (o.smoothing == "auto" && (format == WeightFormat::W8 || format == WeightFormat::W4));
-  const OutlierSmoothing smoothing = smooth ? plan_outlier_smoothing(ck, cfg.text.num_hidden_layers) : OutlierSmoothing{};
+  const bool smooth =
+      o.smoothing == "on" || (o.smoothing == "auto" && (format == WeightFormat::W8 || format == WeightFormat::W4));
+  const OutlierSmoothing smoothing =
+      smooth ? plan_outlier_smoothing(ck, cfg.text.num_hidden_layers) : OutlierSmoothing{};
   out.smoothed_channels = smoothing.channels;
   write(files.llm, "llm_shared", [&](BundleWriter& w) {
     add_group(w, ck, "model.language_model.", {embed_name}, format, panels, progress,

@@ -132,9 +132,13 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     const fs::path w8 = dir / ".cpu-w8";  // the CPU w8 bundle the binaries are made from
     const WrittenFiles cpu_files = write_cpu_bundle(cpu, w8);
 
-    std::vector<std::string> args{python.string(), script.string(), "--bundle", w8.string(), "--out", dir.string(),
-                                  "--soc", o.soc, "--context", std::to_string(o.context), "--prefill-chunk",
-                                  std::to_string(o.prefill_chunk), "--image-size", std::to_string(o.image_size)};
+    std::vector<std::string> args{python.string(),   script.string(),
+                                  "--bundle",        w8.string(),
+                                  "--out",           dir.string(),
+                                  "--soc",           o.soc,
+                                  "--context",       std::to_string(o.context),
+                                  "--prefill-chunk", std::to_string(o.prefill_chunk),
+                                  "--image-size",    std::to_string(o.image_size)};
     if (o.qnn_parts > 0) args.insert(args.end(), {"--parts", std::to_string(o.qnn_parts)});
     run_generator(args, o);
     const nlohmann::json desc = read_json(dir / "qnn_graphs.json");
@@ -142,8 +146,8 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     BundleFiles files = bundle_file_names("w8", o.image_size);
     files.context = o.context;
     files.prefill_chunk = o.prefill_chunk;
-    std::vector<std::string> host{files.embed, files.patch_embed, files.patch_bias, files.pos_embed, "tokenizer.json",
-                                  "config.json"};
+    std::vector<std::string> host{files.embed,     files.patch_embed, files.patch_bias,
+                                  files.pos_embed, "tokenizer.json",  "config.json"};
     if (fs::exists(w8 / "chat_template.jinja")) {
       files.chat_template = "chat_template.jinja";
       host.push_back(files.chat_template);

@@ -28,7 +28,7 @@ inline bool export_no_exchange() {
 
 struct WrittenFiles {
   BundleFiles names;
-  std::string vlm_manifest, text_manifest;      // file names
+  std::string vlm_manifest, text_manifest;    // file names
   std::map<std::string, FileDigest> digests;  // of every file written, computed as it was written
   std::size_t smoothed_channels = 0;          // outlier channels folded into the weights
 };

@@ -28,7 +28,9 @@ bool export_name(const std::string& n) {
          n.rfind(".prep_", 0) == 0;
 }
 
-bool weights_name(const std::string& n) { return ends_with(n, ".bin") || ends_with(n, ".bin.partial") || n == ".cpu-w8"; }
+bool weights_name(const std::string& n) {
+  return ends_with(n, ".bin") || ends_with(n, ".bin.partial") || n == ".cpu-w8";
+}
 
 void need_write_access(const fs::path& dir, const char* why) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0)

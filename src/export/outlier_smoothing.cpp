@@ -99,7 +99,8 @@ OutlierSmoothing plan_outlier_smoothing(const Checkpoint& ck, std::int64_t layer
       plan.vec[g_name] = std::move(s);
     }
     // down_proj reads silu(gate) * up: its channel r scales with both rows r.
-    const std::string gate = p + "mlp.gate_proj.weight", up = p + "mlp.up_proj.weight", down = p + "mlp.down_proj.weight";
+    const std::string gate = p + "mlp.gate_proj.weight", up = p + "mlp.up_proj.weight",
+                      down = p + "mlp.down_proj.weight";
     const std::vector<double> ng = row_norms(ck, gate), nu = row_norms(ck, up);
     if (ng.size() != nu.size()) fail("tensors ", gate, " and ", up, ": different numbers of rows");
     std::vector<double> a(ng.size());

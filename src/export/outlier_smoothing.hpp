@@ -26,7 +26,7 @@
 
 namespace qhx {
 
-inline constexpr double kOutlierRatio = 8.0;   // a channel this many medians above is an outlier
+inline constexpr double kOutlierRatio = 8.0;    // a channel this many medians above is an outlier
 inline constexpr double kSmoothingAlpha = 0.5;  // the share (in log scale) moved into the weights
 
 struct OutlierSmoothing {

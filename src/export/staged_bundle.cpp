@@ -90,8 +90,8 @@ void StagedBundle::publish(bool exchange) {
     const std::string name = it->path().lexically_relative(dir_).generic_string();
     if (name == kChecksumsFile) continue;
     const auto r = recorded_.find(name);
-    files[name] = r != recorded_.end() && r->second.bytes == it->file_size() ? r->second
-                                                                             : digest_file(it->path(), true);
+    files[name] =
+        r != recorded_.end() && r->second.bytes == it->file_size() ? r->second : digest_file(it->path(), true);
   }
   write_checksums(dir_, files);
   for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) sync_dir(*d);
@@ -126,8 +126,7 @@ void StagedBundle::publish(bool exchange) {
   // bundle under a staging or backup name, which the next export of OUT removes.
   try {
     sync_dir(out_.parent_path());
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   export_point("swapped");
   std::error_code ignored;
   if (!old.empty()) fs::remove_all(old, ignored);

@@ -38,7 +38,8 @@ VerifyCase compare(const std::string& name, Pipeline& bundle, Pipeline& source, 
   req.keep_step_logits = true;
   const GenerationResult a = bundle.generate(req);
   const GenerationResult b = source.generate(req);
-  if (a.step_logits.size() != b.step_logits.size()) fail("verify: the bundle and the source disagree on the vocabulary");
+  if (a.step_logits.size() != b.step_logits.size())
+    fail("verify: the bundle and the source disagree on the vocabulary");
   double dot = 0, na = 0, nb = 0, max_abs = 0;
   for (std::size_t i = 0; i < a.step_logits.size(); ++i) {
     const double x = a.step_logits[i], y = b.step_logits[i];

@@ -77,10 +77,10 @@ constexpr bool tie_word_embeddings = false;
 void check_model_type(const Section& s, const char* expected, const char* also = nullptr) {
   const std::string model_type = s.string("model_type", expected);
   if (model_type == expected || (also != nullptr && model_type == also)) return;
-  s.fail_at("model_type", also == nullptr
-                              ? cat("is \"", model_type, "\", expected \"", expected, "\" (unsupported model)")
-                              : cat("is \"", model_type, "\", expected \"", expected, "\" or \"", also,
-                                    "\" (unsupported model)"));
+  s.fail_at("model_type",
+            also == nullptr
+                ? cat("is \"", model_type, "\", expected \"", expected, "\" (unsupported model)")
+                : cat("is \"", model_type, "\", expected \"", expected, "\" or \"", also, "\" (unsupported model)"));
 }
 
 // "dtype" (transformers >= 4.56) or "torch_dtype" (earlier); both may be

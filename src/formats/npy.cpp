@@ -79,8 +79,7 @@ void write_array(const std::filesystem::path& path, std::span<const T> data, con
 
 }  // namespace
 
-void write_npy(const std::filesystem::path& path, std::span<const float> data,
-               const std::vector<std::int64_t>& shape) {
+void write_npy(const std::filesystem::path& path, std::span<const float> data, const std::vector<std::int64_t>& shape) {
   write_array(path, data, shape, "<f4");
 }
 

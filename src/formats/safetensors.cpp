@@ -31,9 +31,7 @@ std::uint64_t read_le_u64(const std::byte* p) {
   return v;
 }
 
-std::string_view as_chars(const std::byte* p, std::size_t n) {
-  return {reinterpret_cast<const char*>(p), n};
-}
+std::string_view as_chars(const std::byte* p, std::size_t n) { return {reinterpret_cast<const char*>(p), n}; }
 
 // Everything one header check needs to word its error message.
 struct HeaderContext {
@@ -60,8 +58,9 @@ std::vector<std::int64_t> parse_shape(const HeaderContext& ctx, const std::strin
   if (it == entry.end()) tensor_fail(ctx, name, "missing \"shape\"");
   if (!it->is_array()) tensor_fail(ctx, name, cat("\"shape\" must be an array, got ", it->type_name()));
   if (it->size() > limits::kTensorRank)
-    tensor_fail(ctx, name, cat("shape has ", it->size(), " dimensions, over the limit of ", limits::kTensorRank,
-                               " (limits::kTensorRank, docs/limits.md)"));
+    tensor_fail(ctx, name,
+                cat("shape has ", it->size(), " dimensions, over the limit of ", limits::kTensorRank,
+                    " (limits::kTensorRank, docs/limits.md)"));
   std::vector<std::int64_t> shape;
   shape.reserve(it->size());
   for (const auto& dim : *it) {
@@ -88,8 +87,7 @@ std::pair<std::uint64_t, std::uint64_t> parse_offsets(const HeaderContext& ctx, 
   for (const auto& v : *it) {
     if (v.is_number_integer() && !v.is_number_unsigned())
       tensor_fail(ctx, name, cat("negative data offset ", v.get<std::int64_t>()));
-    if (!v.is_number_unsigned())
-      tensor_fail(ctx, name, cat("data offsets must be integers, got ", v.type_name()));
+    if (!v.is_number_unsigned()) tensor_fail(ctx, name, cat("data offsets must be integers, got ", v.type_name()));
   }
   return {(*it)[0].get<std::uint64_t>(), (*it)[1].get<std::uint64_t>()};
 }
@@ -124,9 +122,9 @@ TensorView parse_tensor(const HeaderContext& ctx, const std::string& name, const
                     " bytes); the file is truncated or the header is corrupt"));
   const std::size_t expected = byte_count(ctx, name, t.shape, t.dtype);
   if (end - begin != expected)
-    tensor_fail(ctx, name,
-                cat("data_offsets span ", end - begin, " bytes but shape and dtype ", dtype_name(t.dtype),
-                    " need ", expected));
+    tensor_fail(
+        ctx, name,
+        cat("data_offsets span ", end - begin, " bytes but shape and dtype ", dtype_name(t.dtype), " need ", expected));
   t.nbytes = expected;
   t.data = expected == 0 ? nullptr : data_start + begin;
   return t;
@@ -199,7 +197,8 @@ void check_no_overlap(const fs::path& path, const std::vector<TensorView>& tenso
   std::vector<const TensorView*> by_begin;
   for (const auto& t : tensors)
     if (t.nbytes > 0) by_begin.push_back(&t);
-  std::sort(by_begin.begin(), by_begin.end(), [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
+  std::sort(by_begin.begin(), by_begin.end(),
+            [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
   for (std::size_t i = 1; i < by_begin.size(); ++i) {
     const TensorView& prev = *by_begin[i - 1];
     const TensorView& cur = *by_begin[i];
@@ -211,8 +210,6 @@ void check_no_overlap(const fs::path& path, const std::vector<TensorView>& tenso
 }
 
 }  // namespace
-
-
 
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;

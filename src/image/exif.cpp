@@ -41,7 +41,8 @@ std::optional<int> exif_orientation(const std::vector<std::uint8_t>& exif) {
   // none); libexif wants exactly one.
   static constexpr std::uint8_t kHeader[6] = {'E', 'x', 'i', 'f', 0, 0};
   std::size_t start = 0;
-  while (exif.size() - start >= 6 && std::equal(kHeader, kHeader + 6, exif.begin() + static_cast<std::ptrdiff_t>(start)))
+  while (exif.size() - start >= 6 &&
+         std::equal(kHeader, kHeader + 6, exif.begin() + static_cast<std::ptrdiff_t>(start)))
     start += 6;
   if (start == exif.size()) return std::nullopt;
   std::vector<std::uint8_t> block(kHeader, kHeader + 6);

@@ -59,7 +59,7 @@ bool starts_with(const jpeg_marker_struct& m, const char* prefix, std::size_t n)
 // Pillow's APP1 handling: the first "Exif\0\0" segment is kept whole and later
 // ones are appended without their header; the last XMP segment wins.
 void collect_metadata(const jpeg_decompress_struct& cinfo, Decoded& out) {
-  static constexpr char kExif[] = "Exif\0";  // with the literal's own NUL: 6 bytes
+  static constexpr char kExif[] = "Exif\0";                       // with the literal's own NUL: 6 bytes
   static constexpr char kXmp[] = "http://ns.adobe.com/xap/1.0/";  // 29 bytes with its NUL
   for (const jpeg_marker_struct* m = cinfo.marker_list; m != nullptr; m = m->next) {
     if (m->marker != JPEG_APP0 + 1) continue;
@@ -102,7 +102,8 @@ Outcome run_libjpeg(jpeg_decompress_struct& cinfo, JpegState& st, const Source& 
     case 1: cinfo.out_color_space = JCS_GRAYSCALE; break;
     case 3: cinfo.out_color_space = JCS_RGB; break;
     case 4: cinfo.out_color_space = JCS_CMYK; break;
-    default: decode_fail(src, cat("JPEG with ", cinfo.num_components, " components is not supported (Pillow rejects it too)"));
+    default:
+      decode_fail(src, cat("JPEG with ", cinfo.num_components, " components is not supported (Pillow rejects it too)"));
   }
   cinfo.dct_method = JDCT_ISLOW;
   cinfo.do_fancy_upsampling = TRUE;

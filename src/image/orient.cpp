@@ -18,12 +18,27 @@ RgbImage apply_orientation(RgbImage img, int orientation) {
       std::int64_t sx = x, sy = y;  // the source pixel of output (x, y)
       switch (orientation) {
         case 2: sx = w - 1 - x; break;
-        case 3: sx = w - 1 - x; sy = h - 1 - y; break;
+        case 3:
+          sx = w - 1 - x;
+          sy = h - 1 - y;
+          break;
         case 4: sy = h - 1 - y; break;
-        case 5: sx = y; sy = x; break;
-        case 6: sx = y; sy = h - 1 - x; break;
-        case 7: sx = w - 1 - y; sy = h - 1 - x; break;
-        default: sx = w - 1 - y; sy = x; break;  // 8
+        case 5:
+          sx = y;
+          sy = x;
+          break;
+        case 6:
+          sx = y;
+          sy = h - 1 - x;
+          break;
+        case 7:
+          sx = w - 1 - y;
+          sy = h - 1 - x;
+          break;
+        default:
+          sx = w - 1 - y;
+          sy = x;
+          break;  // 8
       }
       const auto src = static_cast<std::size_t>((sy * w + sx) * 3);
       const auto dst = static_cast<std::size_t>((y * out.width + x) * 3);

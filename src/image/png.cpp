@@ -215,7 +215,8 @@ Decoded decode_png(const Source& src) {
   // The bomb guard reads IHDR straight from the bytes (it must be the first
   // chunk), so an oversized header is refused before libpng sees anything.
   const auto& b = src.bytes;
-  if (b.size() >= 24 && std::memcmp(b.data() + 12, "IHDR", 4) == 0) check_dimensions(src, be32(b.data() + 16), be32(b.data() + 20));
+  if (b.size() >= 24 && std::memcmp(b.data() + 12, "IHDR", 4) == 0)
+    check_dimensions(src, be32(b.data() + 16), be32(b.data() + 20));
 
   PngState st;
   st.bytes = src.bytes.first(src.bytes.size() < 8 ? src.bytes.size() : whole_chunks(src.bytes));

@@ -53,7 +53,8 @@ struct Tokens {
 // Pillow's PpmDecoder: round(value / maxval * out_max) with Python's
 // round-half-to-even, capped at out_max.
 std::int64_t rescale(std::int64_t value, std::int64_t maxval, std::int64_t out_max) {
-  const double r = std::nearbyint(static_cast<double>(value) / static_cast<double>(maxval) * static_cast<double>(out_max));
+  const double r =
+      std::nearbyint(static_cast<double>(value) / static_cast<double>(maxval) * static_cast<double>(out_max));
   return std::min(out_max, static_cast<std::int64_t>(r));
 }
 

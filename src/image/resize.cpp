@@ -30,8 +30,8 @@ double bicubic(double x) {
 // For each output index: the first input tap and the fixed-point weights.
 struct Coefficients {
   std::int64_t ksize = 0;
-  std::vector<int> first;      // xmin per output index
-  std::vector<int> count;      // taps per output index
+  std::vector<int> first;       // xmin per output index
+  std::vector<int> count;       // taps per output index
   std::vector<std::int32_t> k;  // ksize weights per output index
 };
 

@@ -32,7 +32,8 @@ Decoded decode_webp(const Source& src) {
   WebPBitstreamFeatures features;
   const VP8StatusCode status = WebPGetFeatures(src.bytes.data(), src.bytes.size(), &features);
   if (status == VP8_STATUS_NOT_ENOUGH_DATA) decode_fail(src, "truncated WebP data (incomplete header)");
-  if (status != VP8_STATUS_OK) decode_fail(src, cat("corrupt WebP header (libwebp status ", static_cast<int>(status), ")"));
+  if (status != VP8_STATUS_OK)
+    decode_fail(src, cat("corrupt WebP header (libwebp status ", static_cast<int>(status), ")"));
   check_dimensions(src, features.width, features.height);
 
   const WebPData data{src.bytes.data(), src.bytes.size()};

@@ -25,7 +25,7 @@ struct ImageGrid {
 struct Positions {
   std::vector<std::int32_t> ids;  // [axes, L]
   std::int64_t axes = 1;
-  std::int64_t delta = 0;         // a token generated at sequence index p has position p + delta on every axis
+  std::int64_t delta = 0;  // a token generated at sequence index p has position p + delta on every axis
 };
 
 class ModelFamily {

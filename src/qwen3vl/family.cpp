@@ -40,7 +40,7 @@ std::string Family::render_chat(const std::vector<Message>& messages, bool add_g
     ChatMessage cm{m.role, {}};
     for (const ContentPart& p : m.content)
       cm.content.push_back(p.kind == ContentPart::Kind::Image ? ContentItem{ContentItem::Kind::Image, ""}
-                                                               : ContentItem{ContentItem::Kind::Text, p.text});
+                                                              : ContentItem{ContentItem::Kind::Text, p.text});
     out.push_back(std::move(cm));
   }
   return qwen3vl::render_chat(out, add_generation_prompt);

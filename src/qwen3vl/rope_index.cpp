@@ -6,8 +6,8 @@
 
 namespace qhx::qwen3vl {
 
-RopeIndex rope_index(std::span<const std::int32_t> ids, std::int32_t image_token_id,
-                     std::span<const ImageGrid> grids, std::int64_t merge) {
+RopeIndex rope_index(std::span<const std::int32_t> ids, std::int32_t image_token_id, std::span<const ImageGrid> grids,
+                     std::int64_t merge) {
   const auto L = static_cast<std::int64_t>(ids.size());
   RopeIndex r;
   r.positions.assign(static_cast<std::size_t>(3 * L), 0);

@@ -20,7 +20,7 @@ struct RopeIndex {
 // (s + frame, s + row, s + col) over its merged grid (h/merge × w/merge);
 // text after an image resumes at 1 + the largest position so far. Throws
 // qhx::Error if the image_pad runs do not match the grids.
-RopeIndex rope_index(std::span<const std::int32_t> ids, std::int32_t image_token_id,
-                     std::span<const ImageGrid> grids, std::int64_t spatial_merge_size);
+RopeIndex rope_index(std::span<const std::int32_t> ids, std::int32_t image_token_id, std::span<const ImageGrid> grids,
+                     std::int64_t spatial_merge_size);
 
 }  // namespace qhx::qwen3vl

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-
 namespace qhx::qwen3vl {
 
 struct PatchLayout {

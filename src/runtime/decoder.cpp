@@ -15,7 +15,8 @@ class StateDecoder final : public Decoder {
     for (const char* name : {"embeds", "positions", "start", "deepstack", "image_mask"}) (void)llm.input(name);
     for (const IoSpec& s : llm.inputs)
       if (s.role == IoRole::State) {
-        if (state_ != nullptr) fail("graph \"", llm.name, "\": more than one state input; this runtime drives one KV cache");
+        if (state_ != nullptr)
+          fail("graph \"", llm.name, "\": more than one state input; this runtime drives one KV cache");
         state_ = &s;
       }
     if (state_ == nullptr) fail("graph \"", llm.name, "\": no state input (a KV cache) to run a conversation over");
@@ -45,14 +46,15 @@ class StateDecoder final : public Decoder {
 
  private:
   const IoSpec* state_ = nullptr;
-  std::vector<float> hidden_;         // [T, H]
+  std::vector<float> hidden_;          // [T, H]
   std::vector<std::uint8_t> no_mask_;  // [T] zeros, for steps without images
 };
 
 // The block contract: the KV manager pads the step to the block and keeps the past.
 class BlockDecoder final : public Decoder {
  public:
-  BlockDecoder(Graph& llm, const ModelFamily& family) : Decoder(llm, llm.input("inputs_embeds").shape[1]), family_(family) {
+  BlockDecoder(Graph& llm, const ModelFamily& family)
+      : Decoder(llm, llm.input("inputs_embeds").shape[1]), family_(family) {
     for (const char* name : {"inputs_embeds", "attention_mask", "rope_cos", "rope_sin", "past_key", "past_value"})
       (void)llm.input(name);
     for (const char* name : {"hidden", "new_key", "new_value"}) (void)llm.output(name);
@@ -61,8 +63,8 @@ class BlockDecoder final : public Decoder {
     past_ = pk.shape[0];
     half_ = llm.input("rope_cos").shape[1];
     if (half_ != family.rope_width())
-      fail("graph \"", llm.name, "\": rope_cos rows of ", half_, " for a model whose rope tables are ", family.rope_width(),
-           " wide");
+      fail("graph \"", llm.name, "\": rope_cos rows of ", half_, " for a model whose rope tables are ",
+           family.rope_width(), " wide");
     row_ = 1;  // floats of one token's keys over all layers
     for (std::size_t d = 1; d < pk.shape.size(); ++d) row_ *= pk.shape[d];
     deepstack_ = llm.has_input("deepstack") ? &llm.input("deepstack") : nullptr;
@@ -118,12 +120,9 @@ class BlockDecoder final : public Decoder {
 
 std::unique_ptr<Decoder> Decoder::of(Graph& llm, const ModelFamily& family) {
   switch (llm.contract) {
-    case GraphContract::DecoderState:
-      return std::make_unique<StateDecoder>(llm);
-    case GraphContract::DecoderBlock:
-      return std::make_unique<BlockDecoder>(llm, family);
-    case GraphContract::Plain:
-      break;
+    case GraphContract::DecoderState: return std::make_unique<StateDecoder>(llm);
+    case GraphContract::DecoderBlock: return std::make_unique<BlockDecoder>(llm, family);
+    case GraphContract::Plain: break;
   }
   fail("graph \"", llm.name, "\" is not a language model: its kind declares neither decoder contract ",
        "(docs/manifest.md, \"Decoder contracts\")");

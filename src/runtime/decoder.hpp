@@ -24,11 +24,11 @@ class ModelFamily;
 
 // One call of the language model: tokens [start, start + tokens) of the conversation.
 struct DecoderStep {
-  const float* embeds = nullptr;             // [tokens, hidden]
-  const std::int32_t* positions = nullptr;   // [3, tokens]
+  const float* embeds = nullptr;            // [tokens, hidden]
+  const std::int32_t* positions = nullptr;  // [3, tokens]
   std::int64_t tokens = 0;
-  std::int64_t start = 0;                    // the positions already in the session's cache
-  const float* deepstack = nullptr;          // [n_deepstack, tokens, hidden] (null when n_deepstack is 0)
+  std::int64_t start = 0;            // the positions already in the session's cache
+  const float* deepstack = nullptr;  // [n_deepstack, tokens, hidden] (null when n_deepstack is 0)
   std::int64_t n_deepstack = 0;
   const std::uint8_t* image_mask = nullptr;  // [tokens], 1 at image tokens; null: text only
   std::int64_t logit_rows = 0;               // run the lm-head on the last rows (0: not at all)

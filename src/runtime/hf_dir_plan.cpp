@@ -68,8 +68,9 @@ void apply_generation_config(std::string_view json_text, const std::string& sour
   if (const std::int64_t beams = integer_or(s, "num_beams", 1); beams != 1)
     s.fail_at("num_beams", cat(beams, " (beam search) is not supported; only 1"));
 
-  plan.sampling = {{"greedy", !do_sample},        {"temperature", temperature}, {"top_k", top_k},
-                   {"top_p", top_p},              {"min_p", min_p},             {"repetition_penalty", repetition_penalty}};
+  plan.sampling = {{"greedy", !do_sample}, {"temperature", temperature},
+                   {"top_k", top_k},       {"top_p", top_p},
+                   {"min_p", min_p},       {"repetition_penalty", repetition_penalty}};
 
   if (s.has_value("eos_token_id")) {
     const Json& eos = *s.find("eos_token_id");
@@ -82,8 +83,8 @@ void apply_generation_config(std::string_view json_text, const std::string& sour
       s.fail_at("eos_token_id", cat("expected a token id or a list of token ids, got ", describe(eos)));
     }
     for (std::size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] < 0) s.fail_at(eos.is_array() ? cat("eos_token_id[", i, "]") : "eos_token_id",
-                                cat("must be >= 0, got ", ids[i]));
+      if (ids[i] < 0)
+        s.fail_at(eos.is_array() ? cat("eos_token_id[", i, "]") : "eos_token_id", cat("must be >= 0, got ", ids[i]));
     // generate() stops on these ids only: they replace the default stop tokens.
     plan.stop_tokens.clear();
     plan.stop_token_ids = std::move(ids);
@@ -91,16 +92,17 @@ void apply_generation_config(std::string_view json_text, const std::string& sour
   }
 }
 
-void apply_preprocessor_config(std::string_view json_text, const std::string& source,
-                               const Qwen3VLVisionConfig& vision, const std::string& config_source, HfDirPlan& plan) {
+void apply_preprocessor_config(std::string_view json_text, const std::string& source, const Qwen3VLVisionConfig& vision,
+                               const std::string& config_source, HfDirPlan& plan) {
   const Json root = parse_object(json_text, source);
   const Section s(root, "", source);
   std::int64_t min_pixels = plan.min_pixels, max_pixels = plan.max_pixels;
   if (s.has_value("size")) {
     const Section size = s.object("size");
     if (size.find("shortest_edge") == nullptr || size.find("longest_edge") == nullptr)
-      s.fail_at("size", "expected {\"shortest_edge\": MIN_PIXELS, \"longest_edge\": MAX_PIXELS} (a Qwen-VL processor's "
-                        "pixel limits)");
+      s.fail_at("size",
+                "expected {\"shortest_edge\": MIN_PIXELS, \"longest_edge\": MAX_PIXELS} (a Qwen-VL processor's "
+                "pixel limits)");
     min_pixels = size.integer("shortest_edge", 0);
     max_pixels = size.integer("longest_edge", 0);
   }

@@ -48,8 +48,8 @@ HfDirPlan hf_dir_plan(const std::filesystem::path& dir);
 // The two readers, for tests; `source` names the file in errors. `vision` is
 // config.json's vision_config, `config_source` its file name.
 void apply_generation_config(std::string_view json_text, const std::string& source, HfDirPlan& plan);
-void apply_preprocessor_config(std::string_view json_text, const std::string& source,
-                               const Qwen3VLVisionConfig& vision, const std::string& config_source, HfDirPlan& plan);
+void apply_preprocessor_config(std::string_view json_text, const std::string& source, const Qwen3VLVisionConfig& vision,
+                               const std::string& config_source, HfDirPlan& plan);
 
 // The plan keys: "sampling", "stop_tokens", "stop_token_ids" (when set) into a manifest object.
 void add_generation_keys(const HfDirPlan& plan, nlohmann::json& manifest);

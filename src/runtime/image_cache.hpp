@@ -28,8 +28,8 @@ struct ImageKey {
 ImageKey hash_bytes(std::span<const std::uint8_t> bytes, std::span<const std::int64_t> salt);
 
 struct ImageFeatures {
-  std::int64_t tokens = 0;       // merged image tokens
-  std::int64_t width = 0;        // the language model's hidden size
+  std::int64_t tokens = 0;  // merged image tokens
+  std::int64_t width = 0;   // the language model's hidden size
   std::int64_t n_deepstack = 0;
   std::vector<float> embeds;     // [tokens, width]
   std::vector<float> deepstack;  // [n_deepstack, tokens, width]

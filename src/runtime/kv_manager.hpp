@@ -40,12 +40,12 @@ StateBuffer make_state_buffer(std::size_t bytes);
 // One block call's inputs, built by KvManager::prepare_block (shapes for a block of AR rows
 // over a past of `past` rows, CL = past + AR, hidden H, rope half-width `half`).
 struct BlockInputs {
-  std::vector<float> embeds;          // [AR, H]: the T tokens' rows, then zeros
-  std::vector<float> mask;            // [AR, CL] additive: 0 attends, kMaskedScore masks
-  std::vector<std::int32_t> positions;  // [3, AR]: padding rows at position 0
-  std::vector<float> cos, sin;        // [AR, half]: the family's rope tables of `positions`
-  std::vector<float> deepstack;       // [n, AR, H]: the image rows' features, zeros at text rows
-  std::vector<float> hidden;          // [AR, H] output
+  std::vector<float> embeds;                // [AR, H]: the T tokens' rows, then zeros
+  std::vector<float> mask;                  // [AR, CL] additive: 0 attends, kMaskedScore masks
+  std::vector<std::int32_t> positions;      // [3, AR]: padding rows at position 0
+  std::vector<float> cos, sin;              // [AR, half]: the family's rope tables of `positions`
+  std::vector<float> deepstack;             // [n, AR, H]: the image rows' features, zeros at text rows
+  std::vector<float> hidden;                // [AR, H] output
   std::vector<float> new_keys, new_values;  // [AR, row] outputs
 };
 
@@ -79,7 +79,7 @@ class KvManager {
   void write_block_rows(const BlockCache& cache, std::int64_t start, std::int64_t T);
 
  private:
-  std::map<std::string, StateBuffer> buffers_;  // by "graph.input", and the block cache's two
+  std::map<std::string, StateBuffer> buffers_;      // by "graph.input", and the block cache's two
   std::int64_t block_context_ = 0, block_row_ = 0;  // the block cache's shape, once allocated
   BlockInputs block_;
 };

@@ -80,12 +80,12 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
   m.version = top.integer("qhexrt_manifest", 0);
   if (m.version < 1) top.fail_at("qhexrt_manifest", cat("must be >= 1, got ", m.version));
   if (m.version > kManifestVersion)
-    top.fail_at("qhexrt_manifest", cat("version ", m.version, " needs a newer QHexRT (this one reads up to ",
-                                       kManifestVersion, ")"));
-  reject_unknown_keys(top, root,
-                      {"qhexrt_manifest", "name", "model", "config", "tokenizer", "chat_template", "context_length",
-                       "prefill_chunk", "max_new_tokens", "sampling", "stop_tokens", "stop_token_ids", "image", "graphs", "tables",
-                       "stages"});
+    top.fail_at("qhexrt_manifest",
+                cat("version ", m.version, " needs a newer QHexRT (this one reads up to ", kManifestVersion, ")"));
+  reject_unknown_keys(
+      top, root,
+      {"qhexrt_manifest", "name", "model", "config", "tokenizer", "chat_template", "context_length", "prefill_chunk",
+       "max_new_tokens", "sampling", "stop_tokens", "stop_token_ids", "image", "graphs", "tables", "stages"});
 
   m.name = top.string("name", "");
   m.model = top.string("model", "");
@@ -175,8 +175,9 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     ManifestStage ms{s.string("op", ""), st, path};
     const auto& ops = known_stage_ops();
     if (std::find(ops.begin(), ops.end(), ms.op) == ops.end())
-      s.fail_at("op", cat("unknown stage \"", ms.op,
-                          "\" (known: load_images, tokenize, patch_embed, vision, embed, prefill, decode, detokenize)"));
+      s.fail_at("op",
+                cat("unknown stage \"", ms.op,
+                    "\" (known: load_images, tokenize, patch_embed, vision, embed, prefill, decode, detokenize)"));
     // Every graph or table a stage names must exist.
     for (const char* key : {"graph", "lm_head"})
       if (s.has_value(key) && !m.graphs.contains(s.string(key, "")))
@@ -200,7 +201,10 @@ Manifest load_manifest(const std::filesystem::path& path) {
 nlohmann::json qwen3vl_vlm_stages() {
   return {{{"op", "load_images"}},
           {{"op", "tokenize"}},
-          {{"op", "patch_embed"}, {"patch_weight", "patch_embed"}, {"patch_bias", "patch_bias"}, {"pos_embed", "pos_embed"}},
+          {{"op", "patch_embed"},
+           {"patch_weight", "patch_embed"},
+           {"patch_bias", "patch_bias"},
+           {"pos_embed", "pos_embed"}},
           {{"op", "vision"}, {"graph", "vision"}},
           {{"op", "embed"}, {"table", "embed"}},
           {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
@@ -230,9 +234,10 @@ std::string checkpoint_template(const std::filesystem::path& dir) {
 Manifest default_manifest_for_hf_dir(const std::filesystem::path& dir_in) {
   // Absolute file names, so that the plan (qhx_generate --print-plan) works from anywhere.
   const std::filesystem::path dir = std::filesystem::absolute(dir_in);
-  const std::string weights = (dir / (std::filesystem::exists(dir / "model.safetensors")
-                                          ? "model.safetensors"
-                                          : "model.safetensors.index.json")).string();
+  const std::string weights =
+      (dir /
+       (std::filesystem::exists(dir / "model.safetensors") ? "model.safetensors" : "model.safetensors.index.json"))
+          .string();
   const std::string config = (dir / "config.json").string();
   // The directory's own generation_config.json and preprocessor_config.json, when present.
   const HfDirPlan hf = hf_dir_plan(dir);

@@ -41,10 +41,10 @@ struct ManifestStage {
 
 // How images are brought to the vision encoder's input size.
 struct ManifestImage {
-  std::string resize = "native";        // "fixed": any image -> size x size; "native": smart_resize (aspect kept)
-  std::int64_t size = 512;              // for "fixed"
-  std::int64_t min_pixels = 65536;      // for "native" (the processor's shortest_edge)
-  std::int64_t max_pixels = 16777216;   // for "native" (the processor's longest_edge)
+  std::string resize = "native";       // "fixed": any image -> size x size; "native": smart_resize (aspect kept)
+  std::int64_t size = 512;             // for "fixed"
+  std::int64_t min_pixels = 65536;     // for "native" (the processor's shortest_edge)
+  std::int64_t max_pixels = 16777216;  // for "native" (the processor's longest_edge)
   std::int64_t max_decode_pixels = 100'000'000;  // larger images are refused before decoding
 };
 
@@ -54,10 +54,10 @@ struct Manifest {
   nlohmann::json json;        // as parsed
   std::int64_t version = kManifestVersion;
   std::string name;
-  std::string model;              // "qwen3vl"
-  std::string config;             // the model's config.json
-  std::string tokenizer;          // tokenizer.json
-  std::string chat_template;      // "qwen3vl" or "none"
+  std::string model;          // "qwen3vl"
+  std::string config;         // the model's config.json
+  std::string tokenizer;      // tokenizer.json
+  std::string chat_template;  // "qwen3vl" or "none"
   std::int64_t context_length = 0;
   std::int64_t prefill_chunk = 0;
   std::int64_t max_new_tokens = 0;  // default for a request

@@ -55,7 +55,8 @@ const IoSpec& Graph::input(std::string_view n) const {
 const IoSpec& Graph::output(std::string_view n) const {
   for (const IoSpec& s : outputs)
     if (s.name == n) return s;
-  fail("graph \"", name, "\" has no output named \"", n, "\" (a stage needs it; the graph's kind has another contract)");
+  fail("graph \"", name, "\" has no output named \"", n,
+       "\" (a stage needs it; the graph's kind has another contract)");
 }
 
 bool Graph::has_input(std::string_view n) const {
@@ -119,8 +120,13 @@ auto in_manifest(const Manifest& m, const std::string& what, Fn&& fn) {
 namespace {
 
 void load_graph(Resources& res, const std::string& name, const ManifestGraph& mg) {
-  GraphBlob blob{name,           mg.kind, res.manifest.dir, mg.spec, res.manifest.context_length,
-                 res.manifest.prefill_chunk, res.manifest.version};
+  GraphBlob blob{name,
+                 mg.kind,
+                 res.manifest.dir,
+                 mg.spec,
+                 res.manifest.context_length,
+                 res.manifest.prefill_chunk,
+                 res.manifest.version};
   if (res.manifest.image.resize == "fixed" && res.family->patch_size() > 0) {
     const std::int64_t side = res.manifest.image.size / res.family->patch_size();
     blob.image_patches = side * side;
@@ -147,8 +153,13 @@ Graph graph_of(const Resources& res, const std::string& backend, const GraphBlob
 }
 
 Graph host_graph(const Resources& res, const std::string& name, const std::string& kind, nlohmann::json spec) {
-  GraphBlob blob{name, kind, res.manifest.dir, std::move(spec), res.manifest.context_length,
-                 res.manifest.prefill_chunk, res.manifest.version};
+  GraphBlob blob{name,
+                 kind,
+                 res.manifest.dir,
+                 std::move(spec),
+                 res.manifest.context_length,
+                 res.manifest.prefill_chunk,
+                 res.manifest.version};
   return graph_of(res, kHostBackend, blob);
 }
 
@@ -189,7 +200,9 @@ ParsedManifests parse_bundle_manifests(const std::filesystem::path& dir) {
     }
     (has_image_stages(m) ? out.vlm : out.text).push_back(std::move(m));
   }
-  const auto by_name = [](const Manifest& a, const Manifest& b) { return a.source < b.source; };
+  const auto by_name = [](const Manifest& a, const Manifest& b) {
+    return a.source < b.source;
+  };
   std::sort(out.vlm.begin(), out.vlm.end(), by_name);
   std::sort(out.text.begin(), out.text.end(), by_name);
   return out;
@@ -210,9 +223,10 @@ std::optional<Manifest> bundle_manifest(const std::filesystem::path& dir, bool w
   }
   if (first.size() > 1) {
     std::string names;
-    for (const auto& f : first) names += (names.empty() ? "" : ", ") + std::filesystem::path(f.source).filename().string();
-    fail(dir.string(), ": a bundle folder with several ", want_images ? "image" : "text",
-         " manifests (", names, "); give one of them with -m");
+    for (const auto& f : first)
+      names += (names.empty() ? "" : ", ") + std::filesystem::path(f.source).filename().string();
+    fail(dir.string(), ": a bundle folder with several ", want_images ? "image" : "text", " manifests (", names,
+         "); give one of them with -m");
   }
   return std::move(first.front());
 }
@@ -485,8 +499,8 @@ int set_threads(int threads, std::string* warning) {
   int n = threads == 0 ? cores : threads;
   if (n > cores) {
     if (warning != nullptr)
-      *warning = cat(threads, " threads asked for, but this machine has ", cores,
-                     " cores; using ", cores, " (more threads than cores only wait on each other)");
+      *warning = cat(threads, " threads asked for, but this machine has ", cores, " cores; using ", cores,
+                     " (more threads than cores only wait on each other)");
     n = cores;
   }
   configure_backend(kHostBackend, {{"threads", n}});

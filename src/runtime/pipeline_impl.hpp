@@ -17,8 +17,8 @@ struct Pipeline::Impl {
   Resources res;
   std::vector<std::unique_ptr<Stage>> stages;
   double load_ms = 0;
-  std::mutex run_mutex;      // graphs keep scratch between calls: one request at a time
-  SessionState one_shot;     // Pipeline::generate's state, rewound for every request
+  std::mutex run_mutex;   // graphs keep scratch between calls: one request at a time
+  SessionState one_shot;  // Pipeline::generate's state, rewound for every request
 
   // Runs the plan's stages for `input` over `state`. `full_text` (if given)
   // receives the output text including a <think> part, for the history.

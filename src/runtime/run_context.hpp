@@ -64,8 +64,8 @@ struct Graph {
 // stage looks rows up without knowing how the file stores them.
 struct Table {
   std::optional<Checkpoint> file;
-  std::filesystem::path path;  // the manifest's file, relative to the plan's folder
-  std::string tensor;          // its name in the file
+  std::filesystem::path path;           // the manifest's file, relative to the plan's folder
+  std::string tensor;                   // its name in the file
   std::int64_t n_rows = 0, n_cols = 0;  // [rows, cols] when the tensor is a matrix (else 0)
   std::unique_ptr<Graph> lookup;        // the host backend's rows of it, when it is a matrix
 
@@ -79,7 +79,7 @@ struct Resources {
   MappingGroup mappings = kNoMappingGroup;  // every file the pipeline mapped while it opened
   bool weights_in_memory = false;           // PipelineOptions::weights_in_memory, for the graphs' blobs
   Manifest manifest;
-  std::unique_ptr<ModelFamily> family;  // the manifest's "model"
+  std::unique_ptr<ModelFamily> family;        // the manifest's "model"
   std::optional<ChatTemplate> chat_template;  // a template file; else the family's built-in one renders
   std::optional<Tokenizer> tokenizer;
   std::map<std::string, Graph> graphs;
@@ -115,9 +115,9 @@ inline double ms_since(Clock::time_point t0) {
 // One request: the conversation to answer (or a raw prompt).
 struct TurnInput {
   bool raw = false;
-  std::string raw_text;               // raw: the whole prompt text, image pads included
+  std::string raw_text;                            // raw: the whole prompt text, image pads included
   const std::vector<Message>* messages = nullptr;  // else: rendered through the chat template (not owned)
-  std::vector<ImageSource> raw_images;  // raw: the images, in the order of their pads
+  std::vector<ImageSource> raw_images;             // raw: the images, in the order of their pads
 
   // Every image of the request, in the order its tokens appear.
   std::vector<const ImageSource*> images() const;
@@ -149,8 +149,8 @@ struct RunContext {
   // The images of the request, in prompt order.
   struct Image {
     const ImageSource* source = nullptr;
-    ImageKey key;                        // hash of the resized pixels
-    std::vector<std::uint8_t> rgb;       // resized, HWC RGB8 (empty when known from the memo)
+    ImageKey key;                   // hash of the resized pixels
+    std::vector<std::uint8_t> rgb;  // resized, HWC RGB8 (empty when known from the memo)
     std::int64_t height = 0, width = 0;
     std::int64_t t = 1, gh = 0, gw = 0;  // grid in patches (image_grid_thw)
     std::int64_t first_pad = 0;          // index in ids of its first <|image_pad|>

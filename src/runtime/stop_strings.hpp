@@ -24,8 +24,8 @@ class StopStrings {
 
  private:
   std::vector<std::string> stops_;
-  std::string text_;           // everything pushed
-  std::size_t released_ = 0;   // bytes of text_ released
+  std::string text_;          // everything pushed
+  std::size_t released_ = 0;  // bytes of text_ released
   bool stopped_ = false;
 };
 

@@ -255,8 +255,7 @@ std::int32_t Sampler::sample(std::span<float> logits, std::span<const std::int32
   return order_[draw(probs_, rng_)];
 }
 
-void Sampler::distribution(std::span<float> logits, std::span<const std::int32_t> history,
-                           std::vector<float>& probs) {
+void Sampler::distribution(std::span<float> logits, std::span<const std::int32_t> history, std::vector<float>& probs) {
   select(logits, history);
   probs.assign(logits.size(), 0.0f);
   for (std::size_t i = 0; i < order_.size(); ++i) probs[static_cast<std::size_t>(order_[i])] = probs_[i];

@@ -29,7 +29,6 @@
 
 namespace qhx {
 
-
 class Sampler {
  public:
   // Validates `params` (throws qhx::Error).
@@ -55,8 +54,8 @@ class Sampler {
 
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::int32_t> order_;   // scratch: candidate ids, partially sorted by logit
-  std::vector<float> probs_;          // scratch: probabilities of order_
+  std::vector<std::int32_t> order_;    // scratch: candidate ids, partially sorted by logit
+  std::vector<float> probs_;           // scratch: probabilities of order_
   std::vector<std::uint32_t> counts_;  // scratch: occurrences in history (all zero between calls)
 };
 

@@ -26,9 +26,9 @@ void append_nfc(std::string_view piece, std::string& out) {
     return;
   }
   utf8proc_uint8_t* buf = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(piece.data()),
-                              static_cast<utf8proc_ssize_t>(piece.size()), &buf,
-                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const auto n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(piece.data()), static_cast<utf8proc_ssize_t>(piece.size()),
+                   &buf, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) fail("NFC normalization failed: ", utf8proc_errmsg(n));
   out.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
   std::free(buf);

@@ -47,7 +47,9 @@ std::size_t contraction_length(const std::vector<char32_t>& cp, std::size_t i) {
   const std::size_t n = cp.size();
   if (cp[i] != '\'' || i + 1 >= n) return 0;
   const char32_t a = cp[i + 1];
-  auto lower = [](char32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; };
+  auto lower = [](char32_t c) {
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+  };
   const char32_t la = lower(a);
   if (la == 's' || a == 0x17F || la == 't' || la == 'm' || la == 'd') return 2;
   if (i + 2 >= n) return 0;
@@ -77,7 +79,9 @@ void split_qwen(std::string_view text, std::vector<ByteSpan>& out, QwenSplitScra
   const auto& cp = s.cps;
   const auto& cls = s.cls;
   const std::size_t n = cp.size();
-  auto emit = [&](std::size_t a, std::size_t b) { out.push_back({s.off[a], s.off[b]}); };
+  auto emit = [&](std::size_t a, std::size_t b) {
+    out.push_back({s.off[a], s.off[b]});
+  };
   auto run_end = [&](std::size_t j, unsigned char mask) {
     while (j < n && (cls[j] & mask) != 0) ++j;
     return j;

@@ -30,9 +30,7 @@ using simdjson::dom::object;
 struct Reader {
   std::string_view source;
 
-  [[noreturn]] void bad(std::string_view path, std::string_view what) const {
-    fail(source, ": ", path, ": ", what);
-  }
+  [[noreturn]] void bad(std::string_view path, std::string_view what) const { fail(source, ": ", path, ": ", what); }
   object obj(element e, std::string_view path) const {
     object o;
     if (e.get(o) != simdjson::SUCCESS) bad(path, "expected an object");
@@ -59,9 +57,7 @@ struct Reader {
     return v;
   }
   // The member, or a null element pointer-equivalent when absent.
-  bool has(object o, std::string_view key, element& out) const {
-    return o.at_key(key).get(out) == simdjson::SUCCESS;
-  }
+  bool has(object o, std::string_view key, element& out) const { return o.at_key(key).get(out) == simdjson::SUCCESS; }
   element need(object o, std::string_view key, std::string_view path) const {
     element e;
     if (!has(o, key, e)) bad(path, cat("missing key \"", key, "\""));
@@ -91,13 +87,13 @@ struct AddedToken {
 struct Tokenizer::Impl {
   bool nfc = true;
   Bpe bpe;
-  std::vector<AddedToken> added;            // longest first, for leftmost-longest matching
-  std::array<bool, 256> added_first_byte{};  // bytes that can start an added token
-  std::string vocab_text;                   // every vocab token's byte-level text, back to back
+  std::vector<AddedToken> added;              // longest first, for leftmost-longest matching
+  std::array<bool, 256> added_first_byte{};   // bytes that can start an added token
+  std::string vocab_text;                     // every vocab token's byte-level text, back to back
   std::vector<std::string_view> id_to_token;  // views into vocab_text; empty for added-only ids
   TokenIndex token_ids;
   std::unordered_map<std::string, std::int32_t> added_ids;
-  std::vector<std::size_t> bytes_offset;    // token_bytes(id) = bytes_data[offset[id], offset[id+1])
+  std::vector<std::size_t> bytes_offset;  // token_bytes(id) = bytes_data[offset[id], offset[id+1])
   std::string bytes_data;
   std::vector<bool> special;
 
@@ -132,16 +128,16 @@ void Tokenizer::Impl::load(const simdjson::padded_string& json, std::string_view
   {
     const object pre = r.obj(r.need(top, "pre_tokenizer", "(root)"), "pre_tokenizer");
     const auto unsupported = [&](std::string_view why) {
-      r.bad("pre_tokenizer", cat("unsupported pre-tokenizer: ", why,
-                                 " (QHexRT implements Qwen2's Split regex + ByteLevel)"));
+      r.bad("pre_tokenizer",
+            cat("unsupported pre-tokenizer: ", why, " (QHexRT implements Qwen2's Split regex + ByteLevel)"));
     };
     if (r.type_of(pre, "pre_tokenizer") != "Sequence") unsupported("not a Sequence");
     auto seq = r.arr(r.need(pre, "pretokenizers", "pre_tokenizer"), "pre_tokenizer.pretokenizers");
     if (seq.size() != 2) unsupported("expected 2 steps");
     const object split = r.obj(seq.at(0).value(), "pre_tokenizer.pretokenizers[0]");
     if (r.type_of(split, "pre_tokenizer.pretokenizers[0]") != "Split") unsupported("first step is not Split");
-    const object pattern = r.obj(r.need(split, "pattern", "pre_tokenizer.pretokenizers[0]"),
-                                 "pre_tokenizer.pretokenizers[0].pattern");
+    const object pattern =
+        r.obj(r.need(split, "pattern", "pre_tokenizer.pretokenizers[0]"), "pre_tokenizer.pretokenizers[0].pattern");
     element regex;
     if (!r.has(pattern, "Regex", regex) ||
         r.str(regex, "pre_tokenizer.pretokenizers[0].pattern.Regex") != kQwenSplitPattern)
@@ -215,8 +211,8 @@ void Tokenizer::Impl::load(const simdjson::padded_string& json, std::string_view
       if (space == std::string_view::npos) r.bad(cat("model.merges[", rank, "]"), "expected \"left right\"");
       left = as_string.substr(0, space);
       right = as_string.substr(space + 1);
-    } else if (m.get(pair) != simdjson::SUCCESS || pair.size() != 2 ||
-               pair.at(0).get(left) != simdjson::SUCCESS || pair.at(1).get(right) != simdjson::SUCCESS) {
+    } else if (m.get(pair) != simdjson::SUCCESS || pair.size() != 2 || pair.at(0).get(left) != simdjson::SUCCESS ||
+               pair.at(1).get(right) != simdjson::SUCCESS) {
       r.bad(cat("model.merges[", rank, "]"), "expected a pair of strings");
     }
     joined.assign(left).append(right);
@@ -243,8 +239,7 @@ void Tokenizer::Impl::load(const simdjson::padded_string& json, std::string_view
       if (content.empty()) r.bad(path + ".content", "empty");
       if (utf8::first_invalid(content) != content.size()) r.bad(path + ".content", "not valid UTF-8");
       for (const char* flag : {"lstrip", "rstrip", "single_word", "normalized"})
-        if (r.has(o, flag, e) && r.boolean(e, path + "." + flag))
-          r.bad(path + "." + flag, "true is not supported");
+        if (r.has(o, flag, e) && r.boolean(e, path + "." + flag)) r.bad(path + "." + flag, "true is not supported");
       const bool is_special = r.has(o, "special", e) && r.boolean(e, path + ".special");
       added.push_back({std::string(content), static_cast<std::int32_t>(id), is_special});
       if (static_cast<std::size_t>(id) >= id_to_token.size()) id_to_token.resize(static_cast<std::size_t>(id) + 1);
@@ -365,7 +360,8 @@ std::optional<std::int32_t> Tokenizer::token_to_id(std::string_view token) const
 std::string_view Tokenizer::token_bytes(std::int32_t id) const {
   if (id < 0 || id >= vocab_size()) fail("token id ", id, " out of range [0, ", vocab_size(), ")");
   const auto u = static_cast<std::size_t>(id);
-  return std::string_view(impl_->bytes_data).substr(impl_->bytes_offset[u], impl_->bytes_offset[u + 1] - impl_->bytes_offset[u]);
+  return std::string_view(impl_->bytes_data)
+      .substr(impl_->bytes_offset[u], impl_->bytes_offset[u + 1] - impl_->bytes_offset[u]);
 }
 
 bool Tokenizer::is_special(std::int32_t id) const {

@@ -34,9 +34,7 @@ inline unsigned char flags(char32_t cp) noexcept {
 }  // namespace detail
 
 // kLetter, kNumber, kSpace or kOther: how HF's Oniguruma regex classifies `cp`.
-inline unsigned char regex_class(char32_t cp) noexcept {
-  return detail::flags(cp) & (kLetter | kNumber | kSpace);
-}
+inline unsigned char regex_class(char32_t cp) noexcept { return detail::flags(cp) & (kLetter | kNumber | kSpace); }
 
 // Whether `cp` was assigned in Unicode 9.0 (General_Category other than Cn:
 // surrogates and private use count as assigned, noncharacters do not).

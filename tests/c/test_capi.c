@@ -15,13 +15,13 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
       fprintf(stderr, "  (qhx_last_error: \"%s\")\n", qhx_last_error());       \
-      ++failures;                                                                \
-    }                                                                            \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 /* A check the rest of the test depends on: stop at once. */
@@ -29,22 +29,22 @@ static int failures = 0;
   do {                                                                           \
     if (!(cond)) {                                                               \
       fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, "  (qhx_last_error: \"%s\")\n", qhx_last_error());       \
+      fprintf(stderr, "  (qhx_last_error: \"%s\")\n", qhx_last_error());         \
       exit(1);                                                                   \
     }                                                                            \
   } while (0)
 
 /* `call` must refuse a NULL (or bad) argument with QHX_ERR_ARGUMENT and an
  * error naming the function and the argument. */
-#define CHECK_ARG(call, function, argument)                                                 \
-  do {                                                                                      \
-    const int st_ = (call);                                                                 \
-    if (st_ != QHX_ERR_ARGUMENT || strstr(qhx_last_error(), function) == NULL ||            \
-        strstr(qhx_last_error(), argument) == NULL) {                                       \
-      fprintf(stderr, "%s:%d: CHECK_ARG failed: %s gave %d, \"%s\" (expected %s, %s)\n",    \
-              __FILE__, __LINE__, #call, st_, qhx_last_error(), function, argument);        \
-      ++failures;                                                                           \
-    }                                                                                       \
+#define CHECK_ARG(call, function, argument)                                                                         \
+  do {                                                                                                              \
+    const int st_ = (call);                                                                                         \
+    if (st_ != QHX_ERR_ARGUMENT || strstr(qhx_last_error(), function) == NULL ||                                    \
+        strstr(qhx_last_error(), argument) == NULL) {                                                               \
+      fprintf(stderr, "%s:%d: CHECK_ARG failed: %s gave %d, \"%s\" (expected %s, %s)\n", __FILE__, __LINE__, #call, \
+              st_, qhx_last_error(), function, argument);                                                           \
+      ++failures;                                                                                                   \
+    }                                                                                                               \
   } while (0)
 
 static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
@@ -229,8 +229,7 @@ static void test_generate_v1(const char* checkpoint, char* answer, size_t answer
     CHECK(need == len);
   }
   CHECK_ARG(qhx_pipeline_generate(NULL, &o, NULL, NULL, text, sizeof text, &len), "qhx_pipeline_generate", "pipe");
-  CHECK_ARG(qhx_pipeline_generate(pipe, NULL, NULL, NULL, text, sizeof text, &len), "qhx_pipeline_generate",
-            "options");
+  CHECK_ARG(qhx_pipeline_generate(pipe, NULL, NULL, NULL, text, sizeof text, &len), "qhx_pipeline_generate", "options");
   CHECK_ARG(qhx_pipeline_generate(pipe, &o, NULL, NULL, NULL, sizeof text, &len), "qhx_pipeline_generate", "buf");
   CHECK_ARG(qhx_pipeline_generate(pipe, &o, NULL, NULL, text, sizeof text, NULL), "qhx_pipeline_generate", "len");
   o.n_images = 1;
@@ -342,8 +341,7 @@ static void test_messages(void) {
   CHECK(qhx_message_add_text(m, "\xC3(", 2) == QHX_ERR);
   CHECK(contains(qhx_last_error(), "qhx_message_add_text") && contains(qhx_last_error(), "UTF-8"));
   CHECK(qhx_message_part_count(m, &n) == QHX_OK && n == 3); /* the bad text was not added */
-  CHECK(qhx_message_part(m, 0, &kind, &s, &len) == QHX_OK && kind == QHX_PART_TEXT && len == 2 &&
-        strcmp(s, "Hi") == 0);
+  CHECK(qhx_message_part(m, 0, &kind, &s, &len) == QHX_OK && kind == QHX_PART_TEXT && len == 2 && strcmp(s, "Hi") == 0);
   CHECK(qhx_message_part(m, 1, &kind, &s, NULL) == QHX_OK && kind == QHX_PART_IMAGE &&
         strcmp(s, "/some/picture.png") == 0);
   CHECK(qhx_message_part(m, 2, &kind, &s, &len) == QHX_OK && kind == QHX_PART_IMAGE &&
@@ -614,8 +612,7 @@ static void test_sessions(const char* checkpoint, const char* image_path, const 
     CHECK_ARG(qhx_session_respond(NULL, (const qhx_message* const*)history, 3, &o, &r), "qhx_session_respond",
               "session");
     CHECK_ARG(qhx_session_respond(b, NULL, 3, &o, &r), "qhx_session_respond", "messages");
-    CHECK_ARG(qhx_session_respond(b, (const qhx_message* const*)history, 3, &o, NULL), "qhx_session_respond",
-              "out");
+    CHECK_ARG(qhx_session_respond(b, (const qhx_message* const*)history, 3, &o, NULL), "qhx_session_respond", "out");
     {
       const qhx_message* holes[2] = {history[0], NULL};
       CHECK_ARG(qhx_session_respond(b, holes, 2, &o, &r), "qhx_session_respond", "messages[1]");

@@ -29,7 +29,8 @@
 namespace {
 
 const std::vector<float> kW8Ties = {127, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -127, 126.5f, -126.5f};
-const std::vector<float> kW4Ties = {1, -2, 7, -7, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 6.5f, -6.5f, 1.5f, -1.5f, 0, 3};
+const std::vector<float> kW4Ties = {1,    -2,    7,    -7,    2.5f, 3.5f,  -2.5f, -3.5f,
+                                    0.5f, -0.5f, 6.5f, -6.5f, 1.5f, -1.5f, 0,     3};
 
 std::vector<float> source(std::int64_t rows, std::int64_t cols) {
   std::vector<float> w(static_cast<std::size_t>(rows * cols));
@@ -76,9 +77,8 @@ int main(int argc, char** argv) {
       auto m = std::make_shared<std::vector<float>>(source(21, 11));
       set_row(*m, 11, 0, kW8Ties);
       set_row(*m, 11, 1, {});
-      qhx::add_w8_panel_matrix(p, "probe.panels.weight", 21, 11, [m](std::int64_t r, float* out) {
-        std::copy_n(m->begin() + r * 11, 11, out);
-      });
+      qhx::add_w8_panel_matrix(p, "probe.panels.weight", 21, 11,
+                               [m](std::int64_t r, float* out) { std::copy_n(m->begin() + r * 11, 11, out); });
       p.finish();
     }
     return 0;

@@ -55,7 +55,8 @@ std::map<const void*, std::vector<std::vector<float>>>& written() {
 // Checks that cache rows [0, n) (row floats each, at `rows`) are what was written there.
 void check_past(const void* key, const float* rows, std::int64_t n, std::int64_t row) {
   const auto& w = written()[key];
-  if (static_cast<std::int64_t>(w.size()) < n) fail("fake: the past holds ", n, " rows, but ", w.size(), " were written");
+  if (static_cast<std::int64_t>(w.size()) < n)
+    fail("fake: the past holds ", n, " rows, but ", w.size(), " were written");
   for (std::int64_t j = 0; j < n; ++j)
     if (std::memcmp(w[static_cast<std::size_t>(j)].data(), rows + j * row, static_cast<std::size_t>(row) * 4) != 0)
       fail("fake: past row ", j, " is not the row written there");
@@ -74,9 +75,12 @@ class FakeStateLm final : public Delegate {
     ctx_ = b.context_length;
   }
   std::vector<IoSpec> input_specs() const override {
-    return {{"embeds", DType::F32, {-1, H_}},          {"positions", DType::I32, {3, -1}},
-            {"start", DType::I64, {1}},                {"cache", DType::F32, {ctx_, H_}, IoRole::State},
-            {"deepstack", DType::F32, {-1, -1, H_}},   {"image_mask", DType::U8, {-1}}};
+    return {{"embeds", DType::F32, {-1, H_}},
+            {"positions", DType::I32, {3, -1}},
+            {"start", DType::I64, {1}},
+            {"cache", DType::F32, {ctx_, H_}, IoRole::State},
+            {"deepstack", DType::F32, {-1, -1, H_}},
+            {"image_mask", DType::U8, {-1}}};
   }
   std::vector<IoSpec> output_specs() const override { return {{"hidden", DType::F32, {-1, H_}}}; }
   GraphContract contract() const override { return GraphContract::DecoderState; }
@@ -105,12 +109,13 @@ class FakeBlockLm final : public Delegate {
     CL_ = b.context_length;
   }
   std::vector<IoSpec> input_specs() const override {
-    return {{"inputs_embeds", DType::F32, {AR_, H_}}, {"attention_mask", DType::F32, {AR_, CL_}},
-            {"rope_cos", DType::F32, {AR_, half_}},   {"rope_sin", DType::F32, {AR_, half_}},
+    return {{"inputs_embeds", DType::F32, {AR_, H_}},        {"attention_mask", DType::F32, {AR_, CL_}},
+            {"rope_cos", DType::F32, {AR_, half_}},          {"rope_sin", DType::F32, {AR_, half_}},
             {"past_key", DType::F32, {CL_ - AR_, 1, 1, H_}}, {"past_value", DType::F32, {CL_ - AR_, 1, 1, H_}}};
   }
   std::vector<IoSpec> output_specs() const override {
-    return {{"hidden", DType::F32, {AR_, H_}}, {"new_key", DType::F32, {AR_, 1, 1, H_}},
+    return {{"hidden", DType::F32, {AR_, H_}},
+            {"new_key", DType::F32, {AR_, 1, 1, H_}},
             {"new_value", DType::F32, {AR_, 1, 1, H_}}};
   }
   GraphContract contract() const override { return GraphContract::DecoderBlock; }
@@ -153,7 +158,8 @@ class FakeLmHead final : public Delegate {
     const std::int64_t R = in[0].shape[0];
     auto* y = out[0].as<float>();
     std::fill_n(y, R * V_, 0.0f);
-    for (std::int64_t r = 0; r < R; ++r) y[r * V_ + token_at(static_cast<std::int64_t>(in[0].as<const float>()[r * H_]), V_)] = 1.0f;
+    for (std::int64_t r = 0; r < R; ++r)
+      y[r * V_ + token_at(static_cast<std::int64_t>(in[0].as<const float>()[r * H_]), V_)] = 1.0f;
   }
   static std::int32_t token_at(std::int64_t p, std::int64_t V) { return static_cast<std::int32_t>((7 * p + 3) % V); }
 
@@ -241,12 +247,12 @@ TEST(KvManager, BlockInputsPadMaskAndPlaceTheStep) {
   KvManager kv;
   FakeFamily family;
   const std::int64_t AR = 4, past = 6, CL = past + AR, H = 2, T = 3, start = 2;
-  const std::vector<float> embeds = {1, 2, 3, 4, 5, 6};             // [T, H]
+  const std::vector<float> embeds = {1, 2, 3, 4, 5, 6};                     // [T, H]
   const std::vector<std::int32_t> pos = {7, 8, 9, 17, 18, 19, 27, 28, 29};  // [3, T]
-  const std::vector<float> ds = {10, 11, 12, 13, 14, 15};           // [1, T, H]
+  const std::vector<float> ds = {10, 11, 12, 13, 14, 15};                   // [1, T, H]
   const std::vector<std::uint8_t> mask = {0, 1, 0};
-  const BlockInputs& b = kv.prepare_block(family, AR, past, H, 2, 5, embeds.data(), pos.data(), T, start, ds.data(), 1,
-                                          mask.data());
+  const BlockInputs& b =
+      kv.prepare_block(family, AR, past, H, 2, 5, embeds.data(), pos.data(), T, start, ds.data(), 1, mask.data());
   EXPECT_EQ(b.embeds, (std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0}));
   for (std::int64_t r = 0; r < AR; ++r)
     for (std::int64_t c = 0; c < CL; ++c) {
@@ -254,7 +260,7 @@ TEST(KvManager, BlockInputsPadMaskAndPlaceTheStep) {
       EXPECT_EQ(b.mask[static_cast<std::size_t>(r * CL + c)], open ? 0.0f : KvManager::kMaskedScore) << r << "," << c;
     }
   EXPECT_EQ(b.positions, (std::vector<std::int32_t>{7, 8, 9, 0, 17, 18, 19, 0, 27, 28, 29, 0}));
-  EXPECT_EQ(b.cos, (std::vector<float>{7, 7, 8, 8, 9, 9, 0, 0}));  // the family's tables of axis 0's rows
+  EXPECT_EQ(b.cos, (std::vector<float>{7, 7, 8, 8, 9, 9, 0, 0}));          // the family's tables of axis 0's rows
   EXPECT_EQ(b.deepstack, (std::vector<float>{0, 0, 12, 13, 0, 0, 0, 0}));  // only the image row
   EXPECT_EQ(b.new_keys.size(), static_cast<std::size_t>(AR * 5));
 }
@@ -313,8 +319,12 @@ TEST(Decoder, StateAndBlockContractsSeeTheSameConversation) {
     std::vector<std::int32_t> pos(3 * 4, 0);
     std::vector<float> logits;
     const auto step = [&](std::int64_t start, std::int64_t T, std::int64_t rows) {
-      run_decoder_step(*d, head, kv, {.embeds = embeds.data() + start * 2, .positions = pos.data(), .tokens = T,
-                                      .start = start, .logit_rows = rows},
+      run_decoder_step(*d, head, kv,
+                       {.embeds = embeds.data() + start * 2,
+                        .positions = pos.data(),
+                        .tokens = T,
+                        .start = start,
+                        .logit_rows = rows},
                        logits);
     };
     step(0, 4, 0);
@@ -366,10 +376,10 @@ class FakeModelStages : public ::testing::TestWithParam<std::string> {
     if (contract == "state") {
       p["graphs"]["llm"] = {{"backend", "fake"}, {"kind", "fake.state_lm"}, {"hidden", H}};
     } else {
-      p["graphs"]["llm"] = {{"backend", "fake"}, {"kind", "fake.block_lm"}, {"hidden", H}, {"block", 5},
-                            {"rope_width", half}};
-      p["graphs"]["llm_decode"] = {{"backend", "fake"}, {"kind", "fake.block_lm"}, {"hidden", H}, {"block", 1},
-                                   {"rope_width", half}};
+      p["graphs"]["llm"] = {
+          {"backend", "fake"}, {"kind", "fake.block_lm"}, {"hidden", H}, {"block", 5}, {"rope_width", half}};
+      p["graphs"]["llm_decode"] = {
+          {"backend", "fake"}, {"kind", "fake.block_lm"}, {"hidden", H}, {"block", 1}, {"rope_width", half}};
       for (auto& st : p["stages"])
         if (st["op"] == "decode") st["graph"] = "llm_decode";
     }
@@ -392,7 +402,8 @@ TEST_P(FakeModelStages, PrefillChunksAndDecodeStepsFollowTheContract) {
   const std::int64_t V = r.vocab;
   // Greedy tokens name the positions the stages ran: the prompt's last, then each new token's.
   ASSERT_EQ(r.tokens.size(), 4u);
-  for (std::int64_t i = 0; i < 4; ++i) EXPECT_EQ(r.tokens[static_cast<std::size_t>(i)], FakeLmHead::token_at(L - 1 + i, V));
+  for (std::int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(r.tokens[static_cast<std::size_t>(i)], FakeLmHead::token_at(L - 1 + i, V));
   EXPECT_EQ(r.stop, StopReason::MaxNewTokens);
   EXPECT_EQ(r.stop_reason, "max_new_tokens");
   // Prefill in chunks of 5 from 0, then one call per generated token but the last.

@@ -28,8 +28,8 @@ DoctorRun doctor(const std::string& args, const std::string& env = "") {
   test::TempDir dir;
   const auto out = dir.path() / "stdout";
   const auto err = dir.path() / "stderr";
-  const std::string cmd = env + " " + (test::bin_dir() / "qhx_doctor").string() + " " + args + " >" + out.string() +
-                          " 2>" + err.string();
+  const std::string cmd =
+      env + " " + (test::bin_dir() / "qhx_doctor").string() + " " + args + " >" + out.string() + " 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   DoctorRun r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -76,23 +76,33 @@ fs::path write_plan(const test::TempDir& dir, const nlohmann::json& lm_head, con
       {"chat_template", "qwen3vl"},
       {"context_length", 256},
       {"prefill_chunk", 64},
-      {"tables", {{"embed", {{"file", (ck / "model.safetensors").string()},
-                             {"tensor", "model.language_model.embed_tokens.weight"}}}}},
-      {"graphs", {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", (ck / "config.json").string()},
-                           {"weights", (ck / "model.safetensors").string()}}},
-                  {"lm_head", lm_head}}},
-      {"stages", {{{"op", "tokenize"}}, {{"op", "embed"}, {"table", "embed"}},
-                  {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
-                  {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-                  {{"op", "detokenize"}}}}};
+      {"tables",
+       {{"embed",
+         {{"file", (ck / "model.safetensors").string()}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
+      {"graphs",
+       {{"llm",
+         {{"backend", "cpu"},
+          {"kind", "qwen3vl.text_decoder"},
+          {"config", (ck / "config.json").string()},
+          {"weights", (ck / "model.safetensors").string()}}},
+        {"lm_head", lm_head}}},
+      {"stages",
+       {{{"op", "tokenize"}},
+        {{"op", "embed"}, {"table", "embed"}},
+        {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
+        {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+        {{"op", "detokenize"}}}}};
   const fs::path p = dir.path() / name;
   std::ofstream(p) << j.dump(1);
   return p;
 }
 
 nlohmann::json qnn_lm_head(const fs::path& bin, int soc_model = 69) {
-  return {{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"}, {"context_binary", bin.string()},
-          {"soc_model", soc_model}, {"row_blocks", true}};
+  return {{"backend", "qnn-htp"},
+          {"kind", "qnn.context_graph"},
+          {"context_binary", bin.string()},
+          {"soc_model", soc_model},
+          {"row_blocks", true}};
 }
 
 TEST(QhxDoctor, EnvironmentNamesTheIsaAndTheKernels) {
@@ -174,7 +184,8 @@ TEST(QhxDoctor, AMatchingPlanIsOkWithItsBinaryGraphsAndMemory) {
   // and the KV cache, context x layers x kv heads x head dim x 2 (K and V) x 4 bytes (f32).
   const auto cfg = read_json(checkpoint_dir() / "config.json")["text_config"];
   const std::uint64_t kv = 256ull * cfg["num_hidden_layers"].get<std::uint64_t>() *
-                           cfg["num_key_value_heads"].get<std::uint64_t>() * cfg["head_dim"].get<std::uint64_t>() * 2 * 4;
+                           cfg["num_key_value_heads"].get<std::uint64_t>() * cfg["head_dim"].get<std::uint64_t>() * 2 *
+                           4;
   EXPECT_EQ(m["memory"]["kv_cache_bytes"], kv);
   EXPECT_EQ(m["memory"]["mapped_bytes"],
             fs::file_size(checkpoint_dir() / "model.safetensors") + fs::file_size(dir / "lm_head.bin"));
@@ -191,13 +202,14 @@ TEST(QhxDoctor, TheKvCacheOfEachElementType) {
   // A row of head_dim values per token, layer, KV head, key and value: 4 or 2 bytes a
   // value, or (the 8-bit cache) 1 byte a value and the row's 4-byte scale.
   const auto cfg = read_json(checkpoint_dir() / "config.json")["text_config"];
-  const std::uint64_t rows = 256ull * cfg["num_hidden_layers"].get<std::uint64_t>() *
-                             cfg["num_key_value_heads"].get<std::uint64_t>() * 2;
+  const std::uint64_t rows =
+      256ull * cfg["num_hidden_layers"].get<std::uint64_t>() * cfg["num_key_value_heads"].get<std::uint64_t>() * 2;
   const std::uint64_t d = cfg["head_dim"].get<std::uint64_t>();
-  for (const auto& [kv, row_bytes, shown] :
-       {std::tuple{"f16", 2 * d, std::string(" x 2 B)")}, {"i8", d + 4, " x 2 x (" + std::to_string(d) + " + 4) x 1 B)"}}) {
+  for (const auto& [kv, row_bytes, shown] : {std::tuple{"f16", 2 * d, std::string(" x 2 B)")},
+                                             {"i8", d + 4, " x 2 x (" + std::to_string(d) + " + 4) x 1 B)"}}) {
     test::TempDir tmp;
-    fs::path plan = write_plan(tmp, {{"backend", "cpu"}, {"kind", "linear"},
+    fs::path plan = write_plan(tmp, {{"backend", "cpu"},
+                                     {"kind", "linear"},
                                      {"weights", (checkpoint_dir() / "model.safetensors").string()},
                                      {"tensor", "model.language_model.embed_tokens.weight"}});
     nlohmann::json j = read_json(plan);
@@ -217,8 +229,9 @@ TEST(QhxDoctor, ABinaryForAnotherSocIsAProblemNamingBoth) {
   const fs::path plan = write_plan(tmp, qnn_lm_head(dir / "lm_head_v75.bin", 69));
   const DoctorRun r = doctor(plan.string());
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_TRUE(has(r.out, "lm_head_v75.bin: the binary was prepared for SoC model 57 (SM8650, HTP v75), the plan "
-                         "targets 69 (SM8750, HTP v79)"))
+  EXPECT_TRUE(has(r.out,
+                  "lm_head_v75.bin: the binary was prepared for SoC model 57 (SM8650, HTP v75), the plan "
+                  "targets 69 (SM8750, HTP v79)"))
       << r.out;
   EXPECT_TRUE(has(r.out, "1 problem(s)")) << r.out;
 }
@@ -269,9 +282,12 @@ TEST(QhxDoctor, MissingLibrariesNameEveryPathTried) {
   EXPECT_TRUE(has(j["qnn"]["libraries"][0]["tried"][0], htp)) << j["qnn"];
   EXPECT_TRUE(has(j["qnn"]["libraries"][1]["tried"][0], sys)) << j["qnn"];
   // A CPU-only plan does not need them.
-  const fs::path cpu_plan =
-      write_plan(tmp, {{"backend", "cpu"}, {"kind", "linear"}, {"weights", (dir / "weights_dq.safetensors").string()},
-                       {"tensor", "lm_head"}}, "cpu.json");
+  const fs::path cpu_plan = write_plan(tmp,
+                                       {{"backend", "cpu"},
+                                        {"kind", "linear"},
+                                        {"weights", (dir / "weights_dq.safetensors").string()},
+                                        {"tensor", "lm_head"}},
+                                       "cpu.json");
   EXPECT_EQ(doctor(cpu_plan.string(), env).status, 0);
 }
 

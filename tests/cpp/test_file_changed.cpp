@@ -90,7 +90,8 @@ TEST(FileChanged, TruncatedBetweenRequests) {
   }
   // A session of the same pipeline fails the same way.
   Session s(p);
-  EXPECT_NE(changed_error([&] { (void)s.send(Message::text("user", "hi")); }).find(weights.string()), std::string::npos);
+  EXPECT_NE(changed_error([&] { (void)s.send(Message::text("user", "hi")); }).find(weights.string()),
+            std::string::npos);
   EXPECT_TRUE(s.messages().empty());
 }
 
@@ -113,7 +114,8 @@ TEST(FileChanged, TruncatedDuringAnAnswer) {
   // Its weights are gone: later requests fail too, in any session.
   EXPECT_NE(changed_error([&] { (void)p.generate(digits_request()); }).find(weights.string()), std::string::npos);
   Session s(p);
-  EXPECT_NE(changed_error([&] { (void)s.send(Message::text("user", "hi")); }).find(weights.string()), std::string::npos);
+  EXPECT_NE(changed_error([&] { (void)s.send(Message::text("user", "hi")); }).find(weights.string()),
+            std::string::npos);
 }
 
 TEST(FileChanged, AnotherPipelineIsUnaffected) {

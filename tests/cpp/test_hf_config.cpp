@@ -288,7 +288,8 @@ class TempFile {
  public:
   explicit TempFile(const std::string& contents) {
     std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("qhx_test_hf_config_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    dir_ =
+        fs::temp_directory_path() / ("qhx_test_hf_config_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
     fs::create_directories(dir_);
     std::ofstream(path()) << contents;
   }
@@ -402,7 +403,8 @@ TEST(HfConfig, AbsentKeysTakeTransformersDefaults) {
 }
 
 TEST(HfConfig, NullKeyValueHeadsMeansMultiHead) {
-  const auto c = qhx::parse_qwen3vl_config(with(real_2b(), "/text_config/num_key_value_heads", nullptr).dump(), kSource);
+  const auto c =
+      qhx::parse_qwen3vl_config(with(real_2b(), "/text_config/num_key_value_heads", nullptr).dump(), kSource);
   EXPECT_EQ(c.text.num_key_value_heads, 16);
 }
 
@@ -520,8 +522,12 @@ TEST(HfConfig, ValidationRules) {
       {"/vision_config/num_heads", 5, {"vision_config.num_heads", "does not divide hidden_size 1024"}},
       {"/vision_config/hidden_act", "gelu", {"vision_config.hidden_act", "unsupported activation \"gelu\""}},
       {"/vision_config/num_position_embeddings", 2300, {"vision_config.num_position_embeddings", "perfect square"}},
-      {"/vision_config/out_hidden_size", 1024, {"vision_config.out_hidden_size", "differs from text_config.hidden_size"}},
-      {"/vision_config/deepstack_visual_indexes", {5, 11, 24}, {"deepstack_visual_indexes", "24 is outside [0, depth=24)"}},
+      {"/vision_config/out_hidden_size",
+       1024,
+       {"vision_config.out_hidden_size", "differs from text_config.hidden_size"}},
+      {"/vision_config/deepstack_visual_indexes",
+       {5, 11, 24},
+       {"deepstack_visual_indexes", "24 is outside [0, depth=24)"}},
       {"/vision_config/deepstack_visual_indexes", {-1, 11}, {"deepstack_visual_indexes", "outside"}},
       {"/vision_config/deepstack_visual_indexes", {11, 5}, {"deepstack_visual_indexes", "strictly increasing"}},
       {"/vision_config/deepstack_visual_indexes", {5, 5}, {"deepstack_visual_indexes", "strictly increasing"}},
@@ -544,8 +550,8 @@ TEST(HfConfig, DeepstackNeedsEnoughTextLayers) {
 }
 
 TEST(HfConfig, EmptyDeepstackIsAllowed) {
-  const auto c =
-      qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/deepstack_visual_indexes", Json::array()).dump(), kSource);
+  const auto c = qhx::parse_qwen3vl_config(
+      with(real_2b(), "/vision_config/deepstack_visual_indexes", Json::array()).dump(), kSource);
   EXPECT_TRUE(c.vision.deepstack_visual_indexes.empty());
 }
 
@@ -575,9 +581,9 @@ TEST(HfConfig, VisionModelTypeBothSpellings) {
   EXPECT_EQ(qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/model_type", "qwen3_vl_vision").dump(), kSource)
                 .vision.depth,
             24);
-  EXPECT_EQ(qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/model_type", "qwen3_vl").dump(), kSource)
-                .vision.depth,
-            24);
+  EXPECT_EQ(
+      qhx::parse_qwen3vl_config(with(real_2b(), "/vision_config/model_type", "qwen3_vl").dump(), kSource).vision.depth,
+      24);
   Json j = Json::parse(kSavePretrainedTf5);
   j["vision_config"]["model_type"] = "qwen3_vl";  // what 4.57 writes; 5.x loads it too
   EXPECT_EQ(qhx::parse_qwen3vl_config(j.dump(), kSource).vision.depth, 3);
@@ -610,9 +616,9 @@ TEST(HfConfig, VisionRopeParameters) {
   EXPECT_EQ(qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters/rope_type", "default").dump(), kSource)
                 .vision.rope_type,
             "axial");
-  EXPECT_EQ(qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters", nullptr).dump(), kSource)
-                .vision.rope_theta,
-            10000.0);
+  EXPECT_EQ(
+      qhx::parse_qwen3vl_config(with(tf5, "/vision_config/rope_parameters", nullptr).dump(), kSource).vision.rope_theta,
+      10000.0);
   // A bare vision rope_theta (5.x moves it into rope_parameters when the config loads).
   Json bare = with(tf5, "/vision_config/rope_parameters", kRemove);
   bare["vision_config"]["rope_theta"] = 30000.0;

@@ -30,9 +30,9 @@ struct Shape {
 // Odd sizes: blocks of queries that do not fill kAttentionBlock, keys that fill
 // no panel, head sizes that are not a multiple of 4, grouped heads; the last two
 // give both products whole AMX tiles (keys and head size multiples of 64).
-const Shape kShapes[] = {{1, 1, 1, 1, 1},     {3, 7, 2, 1, 5},     {9, 9, 3, 3, 64},   {49, 33, 2, 2, 64},
-                         {20, 100, 4, 2, 72}, {50, 17, 1, 1, 16},  {97, 130, 2, 2, 64}, {64, 128, 2, 1, 64},
-                         {100, 256, 2, 2, 64}};
+const Shape kShapes[] = {{1, 1, 1, 1, 1},     {3, 7, 2, 1, 5},     {9, 9, 3, 3, 64},
+                         {49, 33, 2, 2, 64},  {20, 100, 4, 2, 72}, {50, 17, 1, 1, 16},
+                         {97, 130, 2, 2, 64}, {64, 128, 2, 1, 64}, {100, 256, 2, 2, 64}};
 
 std::vector<float> random(std::size_t n, float sd, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, sd);
@@ -214,7 +214,8 @@ TEST(Int8Attention, StaysWithinTheQuantizationErrorOfExactAttention) {
           double m = -1e300;
           for (int j = 0; j < s.n; ++j) {
             double dot = 0;
-            for (int c = 0; c < s.d; ++c) dot += double(in.q[(i * s.hq + h) * s.d + c]) * in.k[(j * s.hkv + g) * s.d + c];
+            for (int c = 0; c < s.d; ++c)
+              dot += double(in.q[(i * s.hq + h) * s.d + c]) * in.k[(j * s.hkv + g) * s.d + c];
             m = std::max(m, s2[j] = dot * scale * 1.4426950408889634);
           }
           double A = 0, E = 0;
@@ -232,7 +233,8 @@ TEST(Int8Attention, StaysWithinTheQuantizationErrorOfExactAttention) {
               vmax = std::max(vmax, std::abs(vj));
             }
             const double bound = vmax / 254.0 + 2.0 * E / (A - E) * vmax + 1e-5 * vmax;
-            ASSERT_LE(std::abs(out[(i * s.hq + h) * s.d + c] - want), bound) << "query " << i << " head " << h << " c " << c;
+            ASSERT_LE(std::abs(out[(i * s.hq + h) * s.d + c] - want), bound)
+                << "query " << i << " head " << h << " c " << c;
           }
         }
     }

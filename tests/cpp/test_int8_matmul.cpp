@@ -30,10 +30,9 @@ struct Case {
 // 2 x 2, 2 x 1, 1 x 2 and 1 x 1 blocks of 16 x 16 tiles, partial panels, rows
 // past the last whole 16 (which take the VNNI code), a long sum, and more rows
 // than linear_then's blocks of 64.
-const Case kCases[] = {{1, 1, 1},    {1, 16, 64},   {2, 17, 3},    {3, 33, 7},     {5, 50, 130},
-                       {8, 48, 96},  {9, 49, 101},  {17, 5, 256},  {1, 100, 2048}, {20, 70, 36},
-                       {16, 16, 64}, {48, 40, 128}, {37, 33, 192}, {64, 64, 1024}, {33, 100, 320},
-                       {130, 50, 192}};
+const Case kCases[] = {{1, 1, 1},     {1, 16, 64},    {2, 17, 3},     {3, 33, 7},    {5, 50, 130}, {8, 48, 96},
+                       {9, 49, 101},  {17, 5, 256},   {1, 100, 2048}, {20, 70, 36},  {16, 16, 64}, {48, 40, 128},
+                       {37, 33, 192}, {64, 64, 1024}, {33, 100, 320}, {130, 50, 192}};
 
 struct Data {
   std::vector<float> x, b, sw;
@@ -106,9 +105,12 @@ void expect_packed_kernels_match(const WeightMatrix& w, const std::vector<float>
                                std::to_string(c.n) + "x" + std::to_string(c.k) + " threads " +
                                std::to_string(num_threads());
       expect_bitwise(y, want, name);
-      expect_step_sees_final_blocks(c.m, c.n, want, [&](float* out, BlockStep step) {
-        linear_i8_packed(x.data(), c.m, *packed, bias ? b.data() : nullptr, out, &step);
-      }, name + " with a step");
+      expect_step_sees_final_blocks(
+          c.m, c.n, want,
+          [&](float* out, BlockStep step) {
+            linear_i8_packed(x.data(), c.m, *packed, bias ? b.data() : nullptr, out, &step);
+          },
+          name + " with a step");
     }
   }
 }
@@ -123,9 +125,9 @@ void expect_kernel_sets_match(WeightMatrix w, const std::vector<float>& x, const
     std::vector<float> y(want.size());
     ks->linear(x.data(), c.m, w, b.data(), y.data());
     expect_bitwise(y, want, std::string(ks->name) + " " + what);
-    expect_step_sees_final_blocks(c.m, c.n, want, [&](float* out, BlockStep step) {
-      ks->linear_then(x.data(), c.m, w, b.data(), out, step);
-    }, std::string(ks->name) + " " + what + " linear_then");
+    expect_step_sees_final_blocks(
+        c.m, c.n, want, [&](float* out, BlockStep step) { ks->linear_then(x.data(), c.m, w, b.data(), out, step); },
+        std::string(ks->name) + " " + what + " linear_then");
   }
 }
 
@@ -136,8 +138,8 @@ TEST(Int8Matmul, ReferenceFollowsTheContract) {
     for (const bool bias : {true, false}) {
       std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
       ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
-      expect_bitwise(y, contract(d, c, bias), "reference " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
-                                                  std::to_string(c.k));
+      expect_bitwise(y, contract(d, c, bias),
+                     "reference " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
     }
   }
 }
@@ -155,15 +157,16 @@ TEST(Int8Matmul, ExtremeProductsDoNotSaturate) {
   std::vector<std::int8_t> qw(static_cast<std::size_t>(c.n * c.k));
   for (int r = 0; r < c.n; ++r)
     for (int t = 0; t < c.k; ++t)
-      qw[static_cast<std::size_t>(r * c.k + t)] = static_cast<std::int8_t>(r % 2 == 0 ? 127 : (t % 2 == 0 ? 127 : -127));
+      qw[static_cast<std::size_t>(r * c.k + t)] =
+          static_cast<std::int8_t>(r % 2 == 0 ? 127 : (t % 2 == 0 ? 127 : -127));
   std::vector<float> sw(static_cast<std::size_t>(c.n), 1e-3f);
   WeightMatrix w = WeightMatrix::w8(qw.data(), sw.data(), c.n, c.k);
   w.int8_activations = true;
   std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
   ref::linear(x.data(), c.m, w, nullptr, y.data());
   // The contract's own figures: sums of +16129 · 96 scaled back, and alternating terms that cancel exactly.
-  EXPECT_NEAR(y[0], 127.0f * 96.0f * 1e-3f, 1e-4f);              // x row 0 (all +1) · weight row 0 (all 127)
-  EXPECT_EQ(y[1], 0.0f);                                         // · weight row 1 (±127 alternating)
+  EXPECT_NEAR(y[0], 127.0f * 96.0f * 1e-3f, 1e-4f);                   // x row 0 (all +1) · weight row 0 (all 127)
+  EXPECT_EQ(y[1], 0.0f);                                              // · weight row 1 (±127 alternating)
   EXPECT_NEAR(y[2 * c.n + 1], 2.0f * 96.0f * 1e-3f * 127.0f, 1e-4f);  // x row 2 (±2 alternating) · weight row 1
   expect_packed_kernels_match(w, x, b, c, "extremes");
 }
@@ -205,9 +208,9 @@ TEST(Int8Matmul, QuantizationRoundsHalfToEvenAndPads) {
 // ---- w4 on the int8 path ----------------------------------------------------
 
 struct DataW4 {
-  std::vector<float> x, b, sw;         // sw [n, k / 32]
-  std::vector<std::uint8_t> packed;    // [n, k / 2]: column 2j low nibble, 2j + 1 high, two's complement
-  std::vector<int> qw;                 // [n, k] the same values, for the contract
+  std::vector<float> x, b, sw;       // sw [n, k / 32]
+  std::vector<std::uint8_t> packed;  // [n, k / 2]: column 2j low nibble, 2j + 1 high, two's complement
+  std::vector<int> qw;               // [n, k] the same values, for the contract
   WeightMatrix w;
 };
 
@@ -261,9 +264,8 @@ std::vector<float> contract_w4(const DataW4& d, const Case& c, bool bias) {
   return y;
 }
 
-const Case kW4Cases[] = {{1, 1, 32},   {1, 16, 64},   {3, 33, 32},  {5, 50, 128}, {8, 48, 96},
-                         {9, 49, 160}, {17, 5, 256},  {1, 100, 2048}, {4, 70, 64},
-                         {70, 40, 64}};
+const Case kW4Cases[] = {{1, 1, 32},   {1, 16, 64},  {3, 33, 32},    {5, 50, 128}, {8, 48, 96},
+                         {9, 49, 160}, {17, 5, 256}, {1, 100, 2048}, {4, 70, 64},  {70, 40, 64}};
 
 TEST(Int8MatmulW4, ReferenceFollowsTheContract) {
   std::mt19937 rng(23);
@@ -272,8 +274,8 @@ TEST(Int8MatmulW4, ReferenceFollowsTheContract) {
     for (const bool bias : {true, false}) {
       std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
       ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
-      expect_bitwise(y, contract_w4(d, c, bias), "reference w4 " + std::to_string(c.m) + "x" + std::to_string(c.n) +
-                                                     "x" + std::to_string(c.k));
+      expect_bitwise(y, contract_w4(d, c, bias),
+                     "reference w4 " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
     }
   }
 }

@@ -59,6 +59,8 @@ struct ErrorCase {
 
 // Cases written from Jinja's semantics (each also holds in jinja2 with transformers'
 // environment): {group, template, context, expected output}.
+// A case is its template and context on one line, its expected output on the next.
+// clang-format off
 const RenderCase kRenderCases[] = {
     {"text", "Hello, {world}!",
      "{}", "Hello, {world}!"},
@@ -241,6 +243,7 @@ const RenderCase kRenderCases[] = {
     {"global", "{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(3, 0, -1)|list }} {{ strftime_now('%Y')|length }}",
      "{}", "[0, 1, 2] [1, 3, 5] [3, 2, 1] 4"},
 };
+// clang-format on
 
 // Render-time errors Jinja raises too: {template, context, part of the message}.
 const ErrorCase kRenderErrors[] = {
@@ -292,7 +295,8 @@ TEST(JinjaErrors, UnsupportedTagsAreRefusedAtParseTimeWithLineAndColumn) {
     const std::string msg = parse_error_of(std::string("ok\n{%- ") + tag + " x %}{% end" + tag + " %}");
     EXPECT_EQ(msg, std::string("t:2:5: unsupported Jinja construct '") + tag + "'") << tag;
   }
-  EXPECT_EQ(parse_error_of("{% for x in xs recursive %}{% endfor %}"), "t:1:16: unsupported Jinja construct 'recursive'");
+  EXPECT_EQ(parse_error_of("{% for x in xs recursive %}{% endfor %}"),
+            "t:1:16: unsupported Jinja construct 'recursive'");
 }
 
 TEST(JinjaErrors, UnknownFiltersAndTestsAreRefusedAtParseTime) {
@@ -306,7 +310,8 @@ TEST(JinjaErrors, UnknownFiltersAndTestsAreRefusedAtParseTime) {
 
 TEST(JinjaErrors, UnknownMethodsAreRefusedAtRenderTime) {
   EXPECT_EQ(error_of("{{ 'a'.isdigit() }}"), "t:1:7: unsupported Jinja construct 'str.isdigit' (an unknown method)");
-  EXPECT_EQ(error_of("{{ d.copy() }}", R"({"d": {}})"), "t:1:5: unsupported Jinja construct 'dict.copy' (an unknown method)");
+  EXPECT_EQ(error_of("{{ d.copy() }}", R"({"d": {}})"),
+            "t:1:5: unsupported Jinja construct 'dict.copy' (an unknown method)");
   EXPECT_EQ(error_of("{% for x in [1] %}{{ loop.cycle('a', 'b') }}{% endfor %}"),
             "t:1:26: unsupported Jinja construct 'loop.cycle' (an unknown method)");
   // Without a call, a missing attribute is just undefined, as in Jinja.
@@ -331,7 +336,8 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
 }
 
 TEST(JinjaErrors, DeepNestingAndRecursionAreErrorsNotCrashes) {
-  EXPECT_NE(parse_error_of("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}").find("syntax error: nested too deeply"),
+  EXPECT_NE(parse_error_of("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}")
+                .find("syntax error: nested too deeply"),
             std::string::npos);
   std::string ifs;
   for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
@@ -355,9 +361,7 @@ TEST(Jinja, PlainJsonContextIteratesItsSortedKeys) {
   EXPECT_EQ(t.render(Ordered::parse(R"({"d": {"b": 1, "a": 2}})")), "ba");
 }
 
-TEST(Jinja, ContextMustBeAnObject) {
-  EXPECT_THROW(Template::parse("x", "t").render(Ordered::array()), qhx::Error);
-}
+TEST(Jinja, ContextMustBeAnObject) { EXPECT_THROW(Template::parse("x", "t").render(Ordered::array()), qhx::Error); }
 
 TEST(Jinja, ChatTurnsWithImagesAndAGenerationPrompt) {
   // The shape of Qwen3-VL's template: content as a string or a list of parts.
@@ -392,8 +396,11 @@ TEST(TemplateFile, ReadsTheThreeForms) {
   const qhx::test::TempDir dir;
   EXPECT_EQ(qhx::chat::load_template_file(dir.write("chat_template.jinja", "{{ a }}\n")), "{{ a }}\n");
   EXPECT_EQ(qhx::chat::load_template_file(dir.write("chat_template.json", R"({"chat_template": "J"})")), "J");
-  EXPECT_EQ(qhx::chat::load_template_file(dir.write("tokenizer_config.json", R"({"eos_token": "e", "chat_template": "T"})")), "T");
-  EXPECT_EQ(qhx::chat::load_template_file(dir.write("list.json",
+  EXPECT_EQ(
+      qhx::chat::load_template_file(dir.write("tokenizer_config.json", R"({"eos_token": "e", "chat_template": "T"})")),
+      "T");
+  EXPECT_EQ(qhx::chat::load_template_file(dir.write(
+                "list.json",
                 R"({"chat_template": [{"name": "tool_use", "template": "U"}, {"name": "default", "template": "D"}]})")),
             "D");
 }
@@ -414,9 +421,11 @@ TEST(TemplateFile, BadFilesNameTheFile) {
   EXPECT_NE(message(no_default).find("no template named \"default\""), std::string::npos);
   const auto bad_json = dir.write("b.json", "{not json");
   EXPECT_EQ(message(bad_json).rfind(bad_json.string() + ": not valid JSON", 0), 0u);
-  const auto huge_number = dir.write("c.json", R"({"chat_template": "T", "x": 1e999})");  // out_of_range, not parse_error
+  const auto huge_number =
+      dir.write("c.json", R"({"chat_template": "T", "x": 1e999})");  // out_of_range, not parse_error
   EXPECT_EQ(message(huge_number).rfind(huge_number.string() + ": not valid JSON", 0), 0u);
-  EXPECT_EQ(message(dir.path() / "absent.jinja"), (dir.path() / "absent.jinja").string() + ": cannot open the chat template file");
+  EXPECT_EQ(message(dir.path() / "absent.jinja"),
+            (dir.path() / "absent.jinja").string() + ": cannot open the chat template file");
 }
 
 TEST(TemplateFile, CheckpointPrecedenceIsTransformers) {

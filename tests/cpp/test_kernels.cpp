@@ -59,7 +59,8 @@ std::vector<double> linear_want(const std::vector<float>& x, const std::vector<f
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       double s = b[static_cast<std::size_t>(j)];
-      for (int c = 0; c < kk; ++c) s += static_cast<double>(x[static_cast<std::size_t>(i * kk + c)]) * w[static_cast<std::size_t>(j * kk + c)];
+      for (int c = 0; c < kk; ++c)
+        s += static_cast<double>(x[static_cast<std::size_t>(i * kk + c)]) * w[static_cast<std::size_t>(j * kk + c)];
       want[static_cast<std::size_t>(i * n + j)] = s;
     }
   return want;
@@ -99,9 +100,11 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
     }
     auto want = linear_want(x, w, b, m, n, kk);
     std::vector<float> y(want.size());
-    k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, b.data(), y.data());
+    k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, b.data(),
+               y.data());
     expect_close(y, want, 1e-5, 1e-5);
-    k().linear(x.data(), m, WeightMatrix{.data = wb.data(), .dtype = DType::BF16, .rows = n, .cols = kk}, b.data(), y.data());
+    k().linear(x.data(), m, WeightMatrix{.data = wb.data(), .dtype = DType::BF16, .rows = n, .cols = kk}, b.data(),
+               y.data());
     expect_close(y, want, 1e-5, 1e-5);
 
     // f16, w8 and (when kk allows) w4 of the same values, against their dequantized values.
@@ -109,16 +112,17 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
       if (f == WeightFormat::W4 && kk % 32 != 0) continue;
       SCOPED_TRACE(std::string(format_name(f)) + " " + std::to_string(n) + "x" + std::to_string(kk));
       const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f);
-      const WeightMatrix wq = f == WeightFormat::F16 ? WeightMatrix{.data = q.data.data(), .dtype = DType::F16, .rows = n, .cols = kk}
-                              : f == WeightFormat::W8
-                                  ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data.data()),
-                                                     q.scales.data(), n, kk)
-                                  : WeightMatrix::w4(q.data.data(), q.scales.data(), n, kk);
+      const WeightMatrix wq =
+          f == WeightFormat::F16 ? WeightMatrix{.data = q.data.data(), .dtype = DType::F16, .rows = n, .cols = kk}
+          : f == WeightFormat::W8
+              ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data.data()), q.scales.data(), n, kk)
+              : WeightMatrix::w4(q.data.data(), q.scales.data(), n, kk);
       k().linear(x.data(), m, wq, b.data(), y.data());
       expect_close(y, linear_want(x, dequantized(q), b, m, n, kk), 1e-5, 1e-5);
     }
 
-    k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, nullptr, y.data());
+    k().linear(x.data(), m, WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}, nullptr,
+               y.data());
     for (std::size_t j = 0; j < want.size(); ++j) want[j] -= b[j % static_cast<std::size_t>(n)];
     expect_close(y, want, 1e-5, 1e-5);
   }
@@ -137,9 +141,9 @@ TEST_P(Kernels, LinearThenStepsOverFinishedBlocks) {
     for (const WeightMatrix& wm : ws) {
       std::vector<float> want(static_cast<std::size_t>(m * n));
       k().linear(x.data(), m, wm, b.data(), want.data());
-      expect_step_sees_final_blocks(m, n, want, [&](float* out, BlockStep step) {
-        k().linear_then(x.data(), m, wm, b.data(), out, step);
-      }, std::string(weight_format_name(wm)) + " " + std::to_string(m) + "x" + std::to_string(n));
+      expect_step_sees_final_blocks(
+          m, n, want, [&](float* out, BlockStep step) { k().linear_then(x.data(), m, wm, b.data(), out, step); },
+          std::string(weight_format_name(wm)) + " " + std::to_string(m) + "x" + std::to_string(n));
     }
   }
 }
@@ -263,68 +267,76 @@ TEST_P(Kernels, AttentionCausalGqaAndFull) {
   // blocks of many queries with head_dim 64 and 128 (prefill, vision), odd counts;
   // long passes that read a head's rows in several streams (from 1,024 visible
   // rows; attention_fast.cpp), with queries on both sides of that threshold.
-  for (const auto& [T, N, HQ, HKV, D, start] :
-       {std::array{3, 7, 4, 2, 5, 4}, {1, 50, 4, 2, 128, 49}, {2, 33, 6, 2, 64, 31}, {1, 9, 3, 3, 128, 8}, {37, 40, 4, 2, 64, 3}, {20, 20, 2, 2, 128, 0}, {9, 9, 3, 1, 64, 0},
-        {2, 30, 4, 2, 256, 28}, {3, 1030, 4, 2, 128, 1021}, {2, 1101, 4, 2, 64, 1099}}) {
-  SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
-  const auto q = random(T * HQ * D);
-  auto kc = random(N * HKV * D), vc = random(N * HKV * D);
-  // Keys and values as f32 (attention) and as f16 (attention_f16kv: a decoder's
-  // KV cache [HKV, CTX, D], each head's rows together, rows past N NaN); the f16
-  // case rounds them first, so both are held to the same values.
-  const int CTX = N + 3;
-  for (const bool f16 : {false, true}) {
-  std::vector<std::uint16_t> kh(static_cast<std::size_t>(HKV * CTX * D), 0x7E00), vh(kh.size(), 0x7E00);
-  if (f16)
-    for (int j = 0; j < N; ++j)
-      for (int g = 0; g < HKV; ++g)
-        for (int c = 0; c < D; ++c) {
-          const auto i = static_cast<std::size_t>((j * HKV + g) * D + c), h = static_cast<std::size_t>((g * CTX + j) * D + c);
-          kh[h] = f32_to_f16(kc[i]);
-          vh[h] = f32_to_f16(vc[i]);
-          kc[i] = f16_to_f32(kh[h]);
-          vc[i] = f16_to_f32(vh[h]);
-        }
-  for (const bool causal : {true, false}) {
-    SCOPED_TRACE(std::string(f16 ? "f16" : "f32") + (causal ? " causal" : " full"));
-    std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
-    for (int i = 0; i < T; ++i)
-      for (int h = 0; h < HQ; ++h) {
-        const int kvh = h / (HQ / HKV);
-        const int visible = causal ? start + i + 1 : N;
-        std::vector<double> s(visible);
-        double mx = -1e300, sum = 0;
-        for (int j = 0; j < visible; ++j) {
-          double d = 0;
-          for (int c = 0; c < D; ++c) d += double(q[(i * HQ + h) * D + c]) * kc[(j * HKV + kvh) * D + c];
-          s[j] = d * 0.5;
-          mx = std::max(mx, s[j]);
-        }
-        for (auto& v : s) sum += (v = std::exp(v - mx));
-        for (int j = 0; j < visible; ++j)
-          for (int c = 0; c < D; ++c) want[(i * HQ + h) * D + c] += s[j] / sum * vc[(j * HKV + kvh) * D + c];
-      }
-    std::vector<float> out(want.size());
-    if (f16)
-      k().attention_f16kv(q.data(), kh.data(), vh.data(), T, N, CTX, HQ, HKV, D, start, 0.5f, causal, out.data());
-    else
-      k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
-    expect_close(out, want, 1e-5, 1e-5);
-    if (!causal) continue;
-    // A causal call's rows do not depend on how many queries share the call:
-    // each query alone gives its row of the full call bit for bit (what makes
-    // chunked prefill equal one pass).
-    for (int i = 0; i < T; ++i) {
-      std::vector<float> one(static_cast<std::size_t>(HQ * D));
-      const float* qi = q.data() + i * HQ * D;
+  for (const auto& [T, N, HQ, HKV, D, start] : {std::array{3, 7, 4, 2, 5, 4},
+                                                {1, 50, 4, 2, 128, 49},
+                                                {2, 33, 6, 2, 64, 31},
+                                                {1, 9, 3, 3, 128, 8},
+                                                {37, 40, 4, 2, 64, 3},
+                                                {20, 20, 2, 2, 128, 0},
+                                                {9, 9, 3, 1, 64, 0},
+                                                {2, 30, 4, 2, 256, 28},
+                                                {3, 1030, 4, 2, 128, 1021},
+                                                {2, 1101, 4, 2, 64, 1099}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
+    const auto q = random(T * HQ * D);
+    auto kc = random(N * HKV * D), vc = random(N * HKV * D);
+    // Keys and values as f32 (attention) and as f16 (attention_f16kv: a decoder's
+    // KV cache [HKV, CTX, D], each head's rows together, rows past N NaN); the f16
+    // case rounds them first, so both are held to the same values.
+    const int CTX = N + 3;
+    for (const bool f16 : {false, true}) {
+      std::vector<std::uint16_t> kh(static_cast<std::size_t>(HKV * CTX * D), 0x7E00), vh(kh.size(), 0x7E00);
       if (f16)
-        k().attention_f16kv(qi, kh.data(), vh.data(), 1, N, CTX, HQ, HKV, D, start + i, 0.5f, true, one.data());
-      else
-        k().attention(qi, kc.data(), vc.data(), 1, N, HQ, HKV, D, start + i, 0.5f, true, one.data());
-      for (int c = 0; c < HQ * D; ++c) ASSERT_EQ(one[c], out[i * HQ * D + c]) << "query " << i << " element " << c;
+        for (int j = 0; j < N; ++j)
+          for (int g = 0; g < HKV; ++g)
+            for (int c = 0; c < D; ++c) {
+              const auto i = static_cast<std::size_t>((j * HKV + g) * D + c),
+                         h = static_cast<std::size_t>((g * CTX + j) * D + c);
+              kh[h] = f32_to_f16(kc[i]);
+              vh[h] = f32_to_f16(vc[i]);
+              kc[i] = f16_to_f32(kh[h]);
+              vc[i] = f16_to_f32(vh[h]);
+            }
+      for (const bool causal : {true, false}) {
+        SCOPED_TRACE(std::string(f16 ? "f16" : "f32") + (causal ? " causal" : " full"));
+        std::vector<double> want(static_cast<std::size_t>(T * HQ * D), 0.0);
+        for (int i = 0; i < T; ++i)
+          for (int h = 0; h < HQ; ++h) {
+            const int kvh = h / (HQ / HKV);
+            const int visible = causal ? start + i + 1 : N;
+            std::vector<double> s(visible);
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j < visible; ++j) {
+              double d = 0;
+              for (int c = 0; c < D; ++c) d += double(q[(i * HQ + h) * D + c]) * kc[(j * HKV + kvh) * D + c];
+              s[j] = d * 0.5;
+              mx = std::max(mx, s[j]);
+            }
+            for (auto& v : s) sum += (v = std::exp(v - mx));
+            for (int j = 0; j < visible; ++j)
+              for (int c = 0; c < D; ++c) want[(i * HQ + h) * D + c] += s[j] / sum * vc[(j * HKV + kvh) * D + c];
+          }
+        std::vector<float> out(want.size());
+        if (f16)
+          k().attention_f16kv(q.data(), kh.data(), vh.data(), T, N, CTX, HQ, HKV, D, start, 0.5f, causal, out.data());
+        else
+          k().attention(q.data(), kc.data(), vc.data(), T, N, HQ, HKV, D, start, 0.5f, causal, out.data());
+        expect_close(out, want, 1e-5, 1e-5);
+        if (!causal) continue;
+        // A causal call's rows do not depend on how many queries share the call:
+        // each query alone gives its row of the full call bit for bit (what makes
+        // chunked prefill equal one pass).
+        for (int i = 0; i < T; ++i) {
+          std::vector<float> one(static_cast<std::size_t>(HQ * D));
+          const float* qi = q.data() + i * HQ * D;
+          if (f16)
+            k().attention_f16kv(qi, kh.data(), vh.data(), 1, N, CTX, HQ, HKV, D, start + i, 0.5f, true, one.data());
+          else
+            k().attention(qi, kc.data(), vc.data(), 1, N, HQ, HKV, D, start + i, 0.5f, true, one.data());
+          for (int c = 0; c < HQ * D; ++c) ASSERT_EQ(one[c], out[i * HQ * D + c]) << "query " << i << " element " << c;
+        }
+      }
     }
-  }
-  }
   }
 }
 
@@ -373,7 +385,7 @@ TEST_P(Kernels, KvI8RowsFollowTheQuantizationRule) {
   const std::int64_t HKV = 3, D = 37, CTX = 6, T = 4, START = 2;
   auto x = random(static_cast<std::size_t>(T * HKV * D), 3.0f);
   for (std::int64_t c = 0; c < D; ++c) x[static_cast<std::size_t>(HKV * D + c)] = 0.0f;  // token 1, head 0: a zero row
-  x[5] = 1e30f;                                                                         // a huge element
+  x[5] = 1e30f;                                                                          // a huge element
   I8Cache cache(HKV, CTX, D);
   kv_i8_write(x.data(), T, HKV, D, CTX, START, cache.bytes.data());
   for (std::int64_t t = 0; t < T; ++t)
@@ -446,9 +458,14 @@ TEST_P(Kernels, AttentionOverAnI8Cache) {
   // of 4, 8 and 16 vectors and an odd one; the cache holds more tokens than are
   // visible; passes long enough to read in several streams, and queries on both
   // sides of where that starts (1,024 visible rows).
-  for (const auto& [T, N, HQ, HKV, D, start] :
-       {std::array{1, 50, 4, 2, 128, 49}, {5, 21, 6, 2, 64, 16}, {3, 7, 4, 2, 5, 4}, {2, 30, 4, 2, 256, 28},
-        {17, 40, 4, 1, 128, 23}, {1, 300, 2, 2, 64, 299}, {3, 1030, 4, 2, 128, 1021}, {2, 1101, 4, 2, 64, 1099}}) {
+  for (const auto& [T, N, HQ, HKV, D, start] : {std::array{1, 50, 4, 2, 128, 49},
+                                                {5, 21, 6, 2, 64, 16},
+                                                {3, 7, 4, 2, 5, 4},
+                                                {2, 30, 4, 2, 256, 28},
+                                                {17, 40, 4, 1, 128, 23},
+                                                {1, 300, 2, 2, 64, 299},
+                                                {3, 1030, 4, 2, 128, 1021},
+                                                {2, 1101, 4, 2, 64, 1099}}) {
     SCOPED_TRACE("T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D));
     const std::int64_t ctx = N + 3;
     const auto q = random(static_cast<std::size_t>(T * HQ * D));
@@ -477,7 +494,8 @@ TEST_P(Kernels, AttentionOverAnI8Cache) {
     // error is at most its row's s_v / 2:
     //   |out − exact| <= (e^(2E) − 1) · max |v| + max_j s_vj / 2.
     const auto exact = causal_attention_want(
-        q, T, HQ, HKV, D, start, scale, [&, hkv = HKV, d = D](int j, int g, int c) { return double(kx[(j * hkv + g) * d + c]); },
+        q, T, HQ, HKV, D, start, scale,
+        [&, hkv = HKV, d = D](int j, int g, int c) { return double(kx[(j * hkv + g) * d + c]); },
         [&, hkv = HKV, d = D](int j, int g, int c) { return double(vx[(j * hkv + g) * d + c]); });
     double vmax = 0, sv_max = 0;
     for (const float v : vx) vmax = std::max(vmax, double(std::abs(v)));
@@ -513,10 +531,26 @@ TEST_P(Kernels, AttentionOverAnI8Cache) {
 TEST_P(Kernels, ToF16RoundsAsHalfHpp) {
   // Every rounding case: ties both ways, subnormal results, overflow to infinity,
   // signed zeros, NaN, and random values over the whole f16 range.
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.99f, 65520.0f, -1e9f, 0x1p-24f, 0x1p-25f,
-                          0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 3.0e-8f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN(), 0x1p-130f};
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -2.5f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          -1e9f,
+                          0x1p-24f,
+                          0x1p-25f,
+                          0x1.8p-25f,
+                          0x1p-14f,
+                          0x1.ffcp-15f,
+                          1.0f + 0x1p-11f,
+                          1.0f + 0x3p-11f,
+                          3.0e-8f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          0x1p-130f};
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> e(-26.0f, 17.0f);
   for (int i = 0; i < 4099; ++i) x.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(e(rng)));
@@ -542,7 +576,9 @@ TEST_P(Kernels, GatherRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKernelSets, Kernels, ::testing::ValuesIn(kernel_sets()),
-                         [](const ::testing::TestParamInfo<const KernelSet*>& p) { return std::string(p.param->name); });
+                         [](const ::testing::TestParamInfo<const KernelSet*>& p) {
+                           return std::string(p.param->name);
+                         });
 
 }  // namespace
 }  // namespace qhx::cpu

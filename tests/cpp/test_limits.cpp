@@ -54,9 +54,8 @@ json tiny_config() { return json::parse(test::read_file(tiny_checkpoint() / "con
 
 // A manifest valid up to the fields these tests set.
 json manifest() {
-  return {{"qhexrt_manifest", 1},    {"model", "qwen3vl"},  {"config", "config.json"},
-          {"tokenizer", "tok.json"}, {"context_length", 64}, {"prefill_chunk", 8},
-          {"graphs", json::object()}, {"stages", {{{"op", "tokenize"}}}}};
+  return {{"qhexrt_manifest", 1}, {"model", "qwen3vl"}, {"config", "config.json"},  {"tokenizer", "tok.json"},
+          {"context_length", 64}, {"prefill_chunk", 8}, {"graphs", json::object()}, {"stages", {{{"op", "tokenize"}}}}};
 }
 
 void expect_manifest_error(const json& m, std::initializer_list<std::string> fragments) {
@@ -76,7 +75,8 @@ TEST(Limits, SafetensorsHeaderBytes) {
 TEST(Limits, TensorsPerFile) {
   TempDir dir;
   std::string header = "{";
-  for (std::size_t i = 0; i <= limits::kTensorsPerFile + 1; ++i) header += (i ? ",\"" : "\"") + std::to_string(i) + "\":0";
+  for (std::size_t i = 0; i <= limits::kTensorsPerFile + 1; ++i)
+    header += (i ? ",\"" : "\"") + std::to_string(i) + "\":0";
   header += "}";
   const fs::path p = safetensors_file(dir, header);
   expect_error([&] { (void)SafetensorsFile::open(p); },
@@ -98,7 +98,8 @@ TEST(Limits, JsonDepth) {
   const std::string fragment = "limits::kJsonDepth";
   const std::string value = std::to_string(limits::kJsonDepth);
   // Just at the limit is fine (the parser then says what else is wrong).
-  expect_error([&] { (void)parse_manifest(nested(limits::kJsonDepth), "m.json", "."); }, {"m.json", "expected a JSON object"});
+  expect_error([&] { (void)parse_manifest(nested(limits::kJsonDepth), "m.json", "."); },
+               {"m.json", "expected a JSON object"});
 
   TempDir dir;
   const fs::path st = safetensors_file(dir, "{\"w\":" + deep + "}");
@@ -106,7 +107,8 @@ TEST(Limits, JsonDepth) {
   expect_error([&] { (void)parse_manifest(deep, "m.json", "."); }, {"m.json", fragment, value});
   expect_error([&] { (void)parse_qwen3vl_config(deep, "config.json"); }, {"config.json", fragment, value});
   expect_error([&] { (void)parse_messages(deep, "messages.json", "."); }, {"messages.json", fragment, value});
-  expect_error([&] { (void)Tokenizer::from_json("{\"model\":" + deep + "}", "tok.json"); }, {"tok.json", fragment, value});
+  expect_error([&] { (void)Tokenizer::from_json("{\"model\":" + deep + "}", "tok.json"); },
+               {"tok.json", fragment, value});
   // Brackets inside strings are text, not nesting.
   const std::string in_string = "[\"" + deep + "\\\"" + deep + "\"]";
   expect_error([&] { (void)parse_manifest(in_string, "m.json", "."); }, {"m.json", "expected a JSON object"});
@@ -134,15 +136,17 @@ TEST(Limits, VocabularyTokens) {
   const auto at = text.find(from);
   ASSERT_NE(at, std::string::npos);
   text.replace(at, from.size(), "\"!\": " + std::to_string(limits::kVocabularyTokens));
-  expect_error([&] { (void)Tokenizer::from_json(text, "tok.json"); },
-               {"tok.json", "model.vocab[\"!\"]", "limits::kVocabularyTokens", std::to_string(limits::kVocabularyTokens)});
+  expect_error(
+      [&] { (void)Tokenizer::from_json(text, "tok.json"); },
+      {"tok.json", "model.vocab[\"!\"]", "limits::kVocabularyTokens", std::to_string(limits::kVocabularyTokens)});
 }
 
 TEST(Limits, ModelDimensionAndLayers) {
   json c = tiny_config();
   c["text_config"]["hidden_size"] = limits::kModelDimension + 1;
-  expect_error([&] { (void)parse_qwen3vl_config(c.dump(), "config.json"); },
-               {"config.json", "text_config.hidden_size", "limits::kModelDimension", std::to_string(limits::kModelDimension)});
+  expect_error(
+      [&] { (void)parse_qwen3vl_config(c.dump(), "config.json"); },
+      {"config.json", "text_config.hidden_size", "limits::kModelDimension", std::to_string(limits::kModelDimension)});
   c = tiny_config();
   c["vision_config"]["patch_size"] = limits::kModelDimension + 1;
   expect_error([&] { (void)parse_qwen3vl_config(c.dump(), "config.json"); },

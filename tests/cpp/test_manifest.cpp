@@ -31,7 +31,8 @@ void expect_manifest_error(const nlohmann::json& j, std::initializer_list<std::s
     (void)parse(j);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    for (const auto& f : all) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\nlacks: " << f;
+    for (const auto& f : all)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\nlacks: " << f;
   }
 }
 
@@ -88,11 +89,13 @@ TEST(Manifest, ErrorsNameTheJsonPath) {
   j = valid();
   j["model"] = "llama";
   expect_manifest_error(j, {"model", "unsupported model"});
-  test::expect_error([] { (void)parse_manifest("{\"qhexrt_manifest\": 1,", "m.json", "."); }, {"m.json", "not valid JSON"});
+  test::expect_error([] { (void)parse_manifest("{\"qhexrt_manifest\": 1,", "m.json", "."); },
+                     {"m.json", "not valid JSON"});
   // Found by fuzz_manifest: nlohmann's parser reports a number past double's range as
   // out_of_range (406), not parse_error; it escaped as a bare nlohmann exception.
-  test::expect_error([] { (void)parse_manifest("{\"qhexrt_manifest\": 1, \"context_length\": 1e7777}", "m.json", "."); },
-                     {"m.json", "not valid JSON", "number overflow"});
+  test::expect_error(
+      [] { (void)parse_manifest("{\"qhexrt_manifest\": 1, \"context_length\": 1e7777}", "m.json", "."); },
+      {"m.json", "not valid JSON", "number overflow"});
 }
 
 TEST(Manifest, LoadNamesTheFile) {
@@ -162,7 +165,8 @@ HfDirPlan from_preprocessor(const nlohmann::json& j) {
 
 TEST(HfDirPlan, NoFilesKeepTodaysDefaults) {
   const HfDirPlan p;
-  EXPECT_EQ(p.sampling, (nlohmann::json{{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}));
+  EXPECT_EQ(p.sampling,
+            (nlohmann::json{{"temperature", 0.7}, {"top_k", 20}, {"top_p", 0.8}, {"repetition_penalty", 1.0}}));
   EXPECT_EQ(p.stop_tokens, (std::vector<std::string>{"<|im_end|>", "<|endoftext|>"}));
   EXPECT_FALSE(p.has_stop_token_ids);
   EXPECT_EQ(p.min_pixels, 65536);
@@ -199,8 +203,8 @@ TEST(HfDirPlan, GenerationConfig) {
 
 TEST(HfDirPlan, GenerationConfigDefaultsAreTransformers) {
   // GenerationConfig's own defaults: do_sample false (greedy), temperature 1, top_k 50, top_p 1.
-  for (const auto& j : {nlohmann::json::object(),
-                        nlohmann::json{{"do_sample", nullptr}, {"top_k", nullptr}, {"min_p", nullptr}}}) {
+  for (const auto& j :
+       {nlohmann::json::object(), nlohmann::json{{"do_sample", nullptr}, {"top_k", nullptr}, {"min_p", nullptr}}}) {
     const HfDirPlan p = from_generation(j);
     EXPECT_EQ(p.sampling["greedy"], true);
     EXPECT_EQ(p.sampling["temperature"], 1.0);
@@ -283,7 +287,8 @@ TEST(HfDirPlan, BadPreprocessorConfigNamesFileAndKey) {
       {{{"patch_size", "16"}}, {"patch_size", "expected an integer"}},
       {{{"size", {{"height", 448}, {"width", 448}}}}, {"size", "shortest_edge", "longest_edge"}},
       {{{"size", 448}}, {"size", "expected an object"}},
-      {{{"size", {{"shortest_edge", "4096"}, {"longest_edge", 1048576}}}}, {"size.shortest_edge", "expected an integer"}},
+      {{{"size", {{"shortest_edge", "4096"}, {"longest_edge", 1048576}}}},
+       {"size.shortest_edge", "expected an integer"}},
       {{{"min_pixels", 65536.0}}, {"min_pixels", "expected an integer"}},
       {{{"min_pixels", 0}}, {"min_pixels", "> 0"}},
       {{{"max_pixels", -1}}, {"max_pixels", "> 0"}},

@@ -42,10 +42,14 @@ fs::path make_file(const TempDir& dir, const std::string& name, std::size_t page
 }
 
 // What another process does: shrinks the file through its own descriptor.
-void truncate_to(const fs::path& p, std::size_t bytes) { ASSERT_EQ(::truncate(p.c_str(), static_cast<off_t>(bytes)), 0); }
+void truncate_to(const fs::path& p, std::size_t bytes) {
+  ASSERT_EQ(::truncate(p.c_str(), static_cast<off_t>(bytes)), 0);
+}
 
 // A read the compiler must perform (the page is gone: this is where SIGBUS comes from).
-unsigned char read_byte(const std::byte* p) { return static_cast<unsigned char>(*static_cast<const volatile std::byte*>(p)); }
+unsigned char read_byte(const std::byte* p) {
+  return static_cast<unsigned char>(*static_cast<const volatile std::byte*>(p));
+}
 
 // Over 2 MiB and not a whole number of them, with every byte telling its position,
 // so a slice read or mapped to the wrong place, or a short last slice, shows.
@@ -82,12 +86,13 @@ TEST(MappedFileGuard, TruncatedFileReadsZerosAndNamesTheFile) {
   EXPECT_EQ(read_byte(f.data() + 3 * kPage), 0xAB);
   EXPECT_FALSE(f.lost());
   truncate_to(p, kPage);
-  EXPECT_EQ(read_byte(f.data()), 0xAB);            // before the new end: still the file
-  EXPECT_EQ(read_byte(f.data() + 2 * kPage), 0);   // past it: zeros, not SIGBUS
+  EXPECT_EQ(read_byte(f.data()), 0xAB);           // before the new end: still the file
+  EXPECT_EQ(read_byte(f.data() + 2 * kPage), 0);  // past it: zeros, not SIGBUS
   EXPECT_EQ(read_byte(f.data() + 3 * kPage + 7), 0);
   EXPECT_TRUE(f.lost());
-  expect_error([&] { f.check(); }, {p.string(), "truncated or changed while mapped", "a read fell past its end",
-                                    std::to_string(4 * kPage) + " bytes at open", std::to_string(kPage) + " bytes now"});
+  expect_error([&] { f.check(); },
+               {p.string(), "truncated or changed while mapped", "a read fell past its end",
+                std::to_string(4 * kPage) + " bytes at open", std::to_string(kPage) + " bytes now"});
   try {
     f.check();
   } catch (const FileChangedError&) {  // the type callers (qhx_serve) tell apart
@@ -227,7 +232,8 @@ TEST(MappedFileGuard, RegistryLimitIsAnErrorNamingIt) {
     error = e.what();
   }
   EXPECT_LE(files.size(), qhx::limits::kMappedFiles);
-  for (const std::string& f : {p.string(), std::string("limits::kMappedFiles"), std::to_string(qhx::limits::kMappedFiles)})
+  for (const std::string& f :
+       {p.string(), std::string("limits::kMappedFiles"), std::to_string(qhx::limits::kMappedFiles)})
     EXPECT_NE(error.find(f), std::string::npos) << error;
   files.pop_back();
   EXPECT_NO_THROW(MappedFile again(p));

@@ -31,7 +31,8 @@ Parsed parse(const std::string& bytes) {
   p.magic = bytes.substr(0, 6);
   p.major = static_cast<unsigned char>(bytes[6]);
   p.minor = static_cast<unsigned char>(bytes[7]);
-  p.header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+  p.header_len =
+      static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
   const std::string header = bytes.substr(10, p.header_len);
   const auto close = header.find('}');
   EXPECT_NE(close, std::string::npos);
@@ -88,8 +89,8 @@ TEST(Npy, KnownHeaderBytes) {
   const std::vector<float> zeros(3, 0.0f);
   write_npy(path, zeros, {3});
   const std::string bytes = test::read_file(path);
-  std::string want = std::string("\x93NUMPY\x01\x00\x76\x00", 10) +
-                     "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
+  std::string want =
+      std::string("\x93NUMPY\x01\x00\x76\x00", 10) + "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
   want += std::string(128 - 1 - want.size(), ' ') + "\n";
   EXPECT_EQ(bytes.substr(0, 128), want);
   EXPECT_EQ(bytes.size(), 128u + 12u);

@@ -280,9 +280,13 @@ TEST(QnnHtp, DecoderLayerMatchesTheCpuBackendBlocksWithinFp16Rounding) {
   const Checkpoint wq = Checkpoint::open(dir / "weights_dq.safetensors");
   const Checkpoint ck = Checkpoint::open(checkpoint_dir() / "model.safetensors");
   const std::string p = "model.language_model.layers.0.";
-  auto lin = [&](const char* n) { return cpu::Linear{cpu::matrix_weight(wq, p + n), {}}; };
-  nn::AttentionWeights aw{lin("self_attn.q_proj.weight"), lin("self_attn.k_proj.weight"),
-                          lin("self_attn.v_proj.weight"), lin("self_attn.o_proj.weight"),
+  auto lin = [&](const char* n) {
+    return cpu::Linear{cpu::matrix_weight(wq, p + n), {}};
+  };
+  nn::AttentionWeights aw{lin("self_attn.q_proj.weight"),
+                          lin("self_attn.k_proj.weight"),
+                          lin("self_attn.v_proj.weight"),
+                          lin("self_attn.o_proj.weight"),
                           cpu::vector_weight(ck, p + "self_attn.q_norm.weight", D),
                           cpu::vector_weight(ck, p + "self_attn.k_norm.weight", D)};
   nn::SwiGluWeights mw{lin("mlp.gate_proj.weight"), lin("mlp.up_proj.weight"), lin("mlp.down_proj.weight")};
@@ -294,16 +298,17 @@ TEST(QnnHtp, DecoderLayerMatchesTheCpuBackendBlocksWithinFp16Rounding) {
   nn::SwiGluScratch ms(T, I);
   const auto t0 = std::chrono::steady_clock::now();
   k.rms_norm(x.data(), in_norm.data(), T, H, eps, h.data());
-  nn::self_attention(k, aw, {nh, nkv, D, eps}, h.data(), T, 0, cos.data(), sin.data(), {kc.data(), vc.data(), nn::KvStore::F32, T},
-                     as, y_cpu.data());
+  nn::self_attention(k, aw, {nh, nkv, D, eps}, h.data(), T, 0, cos.data(), sin.data(),
+                     {kc.data(), vc.data(), nn::KvStore::F32, T}, as, y_cpu.data());
   k.rms_norm(y_cpu.data(), post_norm.data(), T, H, eps, h.data());
   nn::swiglu_mlp(k, mw, h.data(), T, ms, y_cpu.data());
   const auto t1 = std::chrono::steady_clock::now();
 
   std::vector<float> y(x.size()), kq(kc.size()), vq(vc.size());
-  const TensorRef in[] = {{DType::F32, {T, H}, x.data()}, {DType::F32, {T, D}, cos.data()}, {DType::F32, {T, D}, sin.data()}};
-  const TensorRef out[] = {{DType::F32, {T, H}, y.data()}, {DType::F32, {T, nkv, D}, kq.data()},
-                           {DType::F32, {T, nkv, D}, vq.data()}};
+  const TensorRef in[] = {
+      {DType::F32, {T, H}, x.data()}, {DType::F32, {T, D}, cos.data()}, {DType::F32, {T, D}, sin.data()}};
+  const TensorRef out[] = {
+      {DType::F32, {T, H}, y.data()}, {DType::F32, {T, nkv, D}, kq.data()}, {DType::F32, {T, nkv, D}, vq.data()}};
   const auto t2 = std::chrono::steady_clock::now();
   qnn->execute(in, out);
   const auto t3 = std::chrono::steady_clock::now();
@@ -347,23 +352,34 @@ TEST(QnnHtp, ManifestSelectsQnnHtpForTheLmHead) {
         {"chat_template", "qwen3vl"},
         {"context_length", 256},
         {"prefill_chunk", 64},
-        {"tables", {{"embed", {{"file", (ck / "model.safetensors").string()},
-                               {"tensor", "model.language_model.embed_tokens.weight"}}}}},
-        {"graphs", {{"llm", {{"backend", "cpu"}, {"kind", "qwen3vl.text_decoder"}, {"config", (ck / "config.json").string()},
-                             {"weights", (ck / "model.safetensors").string()}}},
-                    {"lm_head", lm_head}}},
-        {"stages", {{{"op", "tokenize"}}, {{"op", "embed"}, {"table", "embed"}},
-                    {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
-                    {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-                    {{"op", "detokenize"}}}}};
+        {"tables",
+         {{"embed",
+           {{"file", (ck / "model.safetensors").string()}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
+        {"graphs",
+         {{"llm",
+           {{"backend", "cpu"},
+            {"kind", "qwen3vl.text_decoder"},
+            {"config", (ck / "config.json").string()},
+            {"weights", (ck / "model.safetensors").string()}}},
+          {"lm_head", lm_head}}},
+        {"stages",
+         {{{"op", "tokenize"}},
+          {{"op", "embed"}, {"table", "embed"}},
+          {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
+          {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
+          {{"op", "detokenize"}}}}};
     const fs::path p = tmp.path() / (lm_head["backend"].get<std::string>() + ".json");
     std::ofstream(p) << j.dump(1);
     return p;
   };
-  const fs::path cpu_plan = plan({{"backend", "cpu"}, {"kind", "linear"},
-                                  {"weights", (dir / "weights_dq.safetensors").string()}, {"tensor", "lm_head"}});
-  const fs::path qnn_plan = plan({{"backend", "qnn-htp"}, {"kind", "qnn.context_graph"},
-                                  {"context_binary", (dir / "lm_head.bin").string()}, {"soc_model", 69},
+  const fs::path cpu_plan = plan({{"backend", "cpu"},
+                                  {"kind", "linear"},
+                                  {"weights", (dir / "weights_dq.safetensors").string()},
+                                  {"tensor", "lm_head"}});
+  const fs::path qnn_plan = plan({{"backend", "qnn-htp"},
+                                  {"kind", "qnn.context_graph"},
+                                  {"context_binary", (dir / "lm_head.bin").string()},
+                                  {"soc_model", 69},
                                   {"row_blocks", true}});
   GenerationRequest req;
   req.prompt = "Describe the NPU.";
@@ -378,8 +394,8 @@ TEST(QnnHtp, ManifestSelectsQnnHtpForTheLmHead) {
   ASSERT_EQ(qnn.step_logits.size(), cpu.step_logits.size());
   const auto c = compare(qnn.step_logits, cpu.step_logits);
   report("generate, step logits (qnn-htp lm-head vs cpu)", c);
-  std::printf("generate: qnn-htp plan decode %.1f ms/token, cpu plan %.1f ms/token\n",
-              qnn.timings.decode_ms_per_token, cpu.timings.decode_ms_per_token);
+  std::printf("generate: qnn-htp plan decode %.1f ms/token, cpu plan %.1f ms/token\n", qnn.timings.decode_ms_per_token,
+              cpu.timings.decode_ms_per_token);
   EXPECT_GT(c.cosine, 1 - 1e-5);
 }
 
@@ -394,8 +410,9 @@ TEST(QnnHtp, MissingLibrariesNameThePathAndTheVariable) {
 TEST(QnnHtp, AbsentGraphNameListsTheGraphsPresent) {
   const fs::path dir = graphs_dir();
   const std::string real = read_json(dir / "lm_head.json")["graph"];
-  const std::string msg =
-      error_of([&] { create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head.bin", {{"graph", "no_such_graph"}})); });
+  const std::string msg = error_of([&] {
+    create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head.bin", {{"graph", "no_such_graph"}}));
+  });
   EXPECT_NE(msg.find("no graph \"no_such_graph\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("\"" + real + "\""), std::string::npos) << msg;
 }
@@ -409,7 +426,8 @@ TEST(QnnHtp, CorruptBinaryNamesTheQnnCallAndItsErrorCode) {
   ASSERT_GT(bytes.size(), 4096u);
   for (std::size_t i = 64; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 131);
   const fs::path bad = tmp.path() / "corrupt.bin";
-  std::ofstream(bad, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(bad, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   const std::string msg = error_of([&] { create_delegate("qnn-htp", qnn_blob("layer0", bad)); });
   EXPECT_NE(msg.find("failed: error "), std::string::npos) << msg;
   EXPECT_TRUE(msg.find("QnnSystemContext_getBinaryInfo") != std::string::npos ||
@@ -424,8 +442,9 @@ TEST(QnnHtp, BinaryForAnotherHtpArchIsRefused) {
   const fs::path dir = graphs_dir();
   EXPECT_EQ(qnn::Runtime::get().read_binary_info(read_bytes(dir / "lm_head.bin"), "v79").soc_model, 69u);
   EXPECT_EQ(qnn::Runtime::get().read_binary_info(read_bytes(dir / "lm_head_v75.bin"), "v75").soc_model, 57u);
-  const std::string msg = error_of(
-      [&] { create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head_v75.bin", {{"soc_model", 69}})); });
+  const std::string msg = error_of([&] {
+    create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head_v75.bin", {{"soc_model", 69}}));
+  });
   EXPECT_NE(msg.find("prepared for SoC model 57 (SM8650, HTP v75)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("targets 69 (SM8750, HTP v79)"), std::string::npos) << msg;
   EXPECT_NO_THROW(create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head.bin", {{"soc_model", 69}})));
@@ -433,8 +452,9 @@ TEST(QnnHtp, BinaryForAnotherHtpArchIsRefused) {
 
 TEST(QnnHtp, UnknownManifestKeyIsAnError) {
   const fs::path dir = graphs_dir();
-  const std::string msg =
-      error_of([&] { create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head.bin", {{"tensor", "x"}})); });
+  const std::string msg = error_of([&] {
+    create_delegate("qnn-htp", qnn_blob("lm_head", dir / "lm_head.bin", {{"tensor", "x"}}));
+  });
   EXPECT_NE(msg.find("unknown key \"tensor\""), std::string::npos) << msg;
 }
 
@@ -494,7 +514,8 @@ TEST(QnnBundle, SharedBinaryHoldsPrefillAndDecodeOverOneWeightSet) {
       std::printf("%s part %s: shared %zu bytes, twins %llu bytes, int8 weights %llu bytes\n", cfg,
                   part["layers"].dump().c_str(), shared_bytes.size(), static_cast<unsigned long long>(twin_bytes),
                   static_cast<unsigned long long>(weights));
-      EXPECT_LE(static_cast<double>(shared_bytes.size()), static_cast<double>(twin_bytes) - 0.9 * static_cast<double>(weights))
+      EXPECT_LE(static_cast<double>(shared_bytes.size()),
+                static_cast<double>(twin_bytes) - 0.9 * static_cast<double>(weights))
           << cfg << ": the shared binary is not smaller than two graphs by one weight set";
     }
   }
@@ -511,9 +532,11 @@ TEST(QnnBundle, DecoderGraphsCarryTheBlockContractsNames) {
   std::vector<std::string> in, out;
   for (const auto& t : info.graphs[0].inputs) in.push_back(t.name);
   for (const auto& t : info.graphs[0].outputs) out.push_back(t.name);
-  for (const char* n : {"inputs_embeds", "attention_mask", "rope_cos", "rope_sin", "past_key", "past_value", "deepstack"})
+  for (const char* n :
+       {"inputs_embeds", "attention_mask", "rope_cos", "rope_sin", "past_key", "past_value", "deepstack"})
     EXPECT_NE(std::find(in.begin(), in.end(), n), in.end()) << n;
-  for (const char* n : {"hidden", "new_key", "new_value"}) EXPECT_NE(std::find(out.begin(), out.end(), n), out.end()) << n;
+  for (const char* n : {"hidden", "new_key", "new_value"})
+    EXPECT_NE(std::find(out.begin(), out.end(), n), out.end()) << n;
 }
 
 }  // namespace

@@ -78,12 +78,12 @@ TEST(Half, NarrowingRoundsToNearestEven) {
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);    // the midpoint: ties to the even "2^16", infinity
   EXPECT_EQ(f32_to_f16(1e30f), 0x7C00);
   EXPECT_EQ(f32_to_f16(-1e30f), 0xFC00);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);                // tie with 0 and 2^-24: even is 0
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie with 0 and 2^-24: even is 0
   EXPECT_EQ(f32_to_f16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
-  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);                // 1.5 units: even is 2
-  EXPECT_EQ(f32_to_f16(bits_f32(0x00000001)), 0x0000);                 // f32 subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: even is 2
+  EXPECT_EQ(f32_to_f16(bits_f32(0x00000001)), 0x0000);   // f32 subnormal
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
-  EXPECT_EQ(f32_to_f16(std::ldexp(2047.0f, -25)), 0x0400);             // 1023.5 units -> 1024: smallest normal
+  EXPECT_EQ(f32_to_f16(std::ldexp(2047.0f, -25)), 0x0400);  // 1023.5 units -> 1024: smallest normal
 }
 
 // ---------------------------------------------------------------------------
@@ -91,9 +91,10 @@ TEST(Half, NarrowingRoundsToNearestEven) {
 
 TEST(Quantize, RoundHalfEven) {
   const std::pair<float, float> cases[] = {
-      {0.5f, 0.0f},   {1.5f, 2.0f},   {2.5f, 2.0f},   {3.5f, 4.0f},     {-0.5f, -0.0f},      {-1.5f, -2.0f},
-      {-2.5f, -2.0f}, {-3.5f, -4.0f}, {126.5f, 126.0f}, {127.5f, 128.0f}, {0.49999997f, 0.0f}, {2.4999998f, 2.0f},
-      {2.5000002f, 3.0f}, {-7.4999995f, -7.0f}, {8388607.5f, 8388608.0f}, {1e30f, 1e30f}, {0.0f, 0.0f},
+      {0.5f, 0.0f},        {1.5f, 2.0f},       {2.5f, 2.0f},       {3.5f, 4.0f},         {-0.5f, -0.0f},
+      {-1.5f, -2.0f},      {-2.5f, -2.0f},     {-3.5f, -4.0f},     {126.5f, 126.0f},     {127.5f, 128.0f},
+      {0.49999997f, 0.0f}, {2.4999998f, 2.0f}, {2.5000002f, 3.0f}, {-7.4999995f, -7.0f}, {8388607.5f, 8388608.0f},
+      {1e30f, 1e30f},      {0.0f, 0.0f},
   };
   for (const auto& [x, want] : cases) EXPECT_EQ(round_half_even(x), want) << x;
   EXPECT_TRUE(std::signbit(round_half_even(-0.25f)));
@@ -235,8 +236,8 @@ TEST(Quantize, W4PackingTiesAndZeroGroups) {
   EXPECT_EQ(scales[1], 1.0f);
   for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(cpu::w4_nibble(packed[i / 2], static_cast<int>(i % 2)), want[i]) << i;
   // Column 2j in the low nibble, 2j + 1 in the high one, two's complement.
-  EXPECT_EQ(packed[0], 0xE1);  // 1 | (-2 & 0xF) << 4
-  EXPECT_EQ(packed[1], 0x97);  // 7 | (-7 & 0xF) << 4
+  EXPECT_EQ(packed[0], 0xE1);                                         // 1 | (-2 & 0xF) << 4
+  EXPECT_EQ(packed[1], 0x97);                                         // 7 | (-7 & 0xF) << 4
   for (std::size_t j = 8; j < 16; ++j) EXPECT_EQ(packed[j], 0) << j;  // the rest of group 0 is zeros
   for (std::size_t j = 16; j < 32; ++j) EXPECT_EQ(packed[j], 0) << j;
 
@@ -405,8 +406,8 @@ TEST(Bundle, RoundTripEveryFormat) {
       if (r == 1) {
         ASSERT_EQ(got[i], 0.0f);  // the zero row
       }
-      const float step = c.stored == WeightFormat::W8   ? q.scales[static_cast<std::size_t>(r)]
-                         : c.stored == WeightFormat::W4 ? q.scales[i / 32]
+      const float step = c.stored == WeightFormat::W8    ? q.scales[static_cast<std::size_t>(r)]
+                         : c.stored == WeightFormat::W4  ? q.scales[i / 32]
                          : c.stored == WeightFormat::F16 ? std::abs(src[i]) * 0x1p-10f + 0x1p-24f
                                                          : 0.0f;
       expect_within_half_step(src[i], got[i], step);
@@ -446,7 +447,9 @@ fs::path write_raw(const TempDir& dir, const std::string& file, const std::vecto
 TEST(Bundle, MatrixWeightRejectsMalformedQuantizedMatrices) {
   TempDir dir;
   using V = std::vector<Raw>;
-  const auto open = [&](const std::string& f, const V& t) { return Checkpoint::open(write_raw(dir, f, t)); };
+  const auto open = [&](const std::string& f, const V& t) {
+    return Checkpoint::open(write_raw(dir, f, t));
+  };
   {
     const auto ck = open("a.bin", V{{"x.weight", DType::I8, {4, 8}}});
     expect_error([&] { cpu::matrix_weight(ck, "x.weight", 4, 8); }, {"x.weight", "x.weight.scale", "lacks"});
@@ -499,14 +502,16 @@ TEST(Bundle, MatrixWeightRefusesFloatMatricesOffTheirAlignment) {
     std::string header = h.dump();
     header.append((8 - (8 + header.size()) % 8) % 8, ' ');
     std::string bytes(8, '\0');
-    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    for (int i = 0; i < 8; ++i)
+      bytes[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
     return dir.write(name, bytes + header + std::string(static_cast<std::size_t>(lead + size), '\0'));
   };
   expect_error([&] { cpu::matrix_weight(Checkpoint::open(file("a.safetensors", "F16", 1)), "m.weight", 2, 2); },
                {"m.weight", "F16", "not 2-byte aligned"});
   expect_error([&] { cpu::matrix_weight(Checkpoint::open(file("b.safetensors", "F32", 2)), "m.weight", 2, 2); },
                {"m.weight", "F32", "not 4-byte aligned"});
-  EXPECT_EQ(cpu::matrix_weight(Checkpoint::open(file("c.safetensors", "BF16", 2)), "m.weight", 2, 2).dtype, DType::BF16);
+  EXPECT_EQ(cpu::matrix_weight(Checkpoint::open(file("c.safetensors", "BF16", 2)), "m.weight", 2, 2).dtype,
+            DType::BF16);
   EXPECT_EQ(cpu::matrix_weight(Checkpoint::open(file("d.safetensors", "F32", 4)), "m.weight", 2, 2).dtype, DType::F32);
 }
 
@@ -516,8 +521,11 @@ TEST(Bundle, WriterErrorsNameThePathAndTensor) {
   expect_error([&] { (void)BundleWriter(p, {{"weights", "w8"}}); }, {p.string(), "role"});
   expect_error([&] { (void)BundleWriter(p, {{"role", "r"}}); }, {p.string(), "weights"});
   expect_error([&] { (void)BundleWriter(p, {{"role", "r"}, {"weights", "int3"}}); }, {p.string(), "int3"});
-  expect_error([&] { (void)BundleWriter(p, {{"role", "r"}, {"weights", "w8"}, {"qhexrt_bundle", "2"}}); },
-               {p.string(), "qhexrt_bundle"});
+  expect_error(
+      [&] {
+        (void)BundleWriter(p, {{"role", "r"}, {"weights", "w8"}, {"qhexrt_bundle", "2"}});
+      },
+      {p.string(), "qhexrt_bundle"});
 
   const std::map<std::string, std::string> meta = {{"role", "r"}, {"weights", "f32"}};
   {
@@ -569,8 +577,8 @@ TEST(Bundle, PadsBetweenOddSizedTensors) {
   const fs::path p = dir.path() / "pads.bin";
   BundleWriter w(p, {{"role", "r"}, {"weights", "w8"}});
   for (int i = 1; i <= 5; ++i)
-    w.add(tensor_name(i), DType::U8, {i * 13}, std::vector<std::byte>(static_cast<std::size_t>(i * 13),
-                                                                                std::byte{static_cast<unsigned char>(i)}));
+    w.add(tensor_name(i), DType::U8, {i * 13},
+          std::vector<std::byte>(static_cast<std::size_t>(i * 13), std::byte{static_cast<unsigned char>(i)}));
   w.add("aligned", DType::F32, {16}, std::vector<std::byte>(64, std::byte{7}));
   w.add("after", DType::I8, {3}, std::vector<std::byte>(3, std::byte{9}));
   w.finish();

@@ -17,7 +17,9 @@ TEST(RopeIndex, SpecWorkedExample) {
   ASSERT_EQ(ids.size(), 270u);
   const ImageGrid grid{1, 32, 32};
   const RopeIndex r = rope_index(ids, 151655, {&grid, 1}, 2);
-  const auto at = [&](int axis, int i) { return r.positions[static_cast<std::size_t>(axis * 270 + i)]; };
+  const auto at = [&](int axis, int i) {
+    return r.positions[static_cast<std::size_t>(axis * 270 + i)];
+  };
   for (int i = 0; i < 4; ++i)
     for (int axis = 0; axis < 3; ++axis) EXPECT_EQ(at(axis, i), i);
   for (int q = 0; q < 256; ++q) {
@@ -44,10 +46,10 @@ TEST(RopeIndex, TextOnlyAndTwoImages) {
   const ImageGrid grids[] = {{1, 4, 6}, {1, 2, 2}};
   const RopeIndex r = rope_index(ids, 9, grids, 2);
   const std::int64_t L = 10;
-  EXPECT_EQ(r.positions[1 + L], 1);       // first image, row 0
-  EXPECT_EQ(r.positions[6 + 2 * L], 3);   // first image, last token: col 2
-  EXPECT_EQ(r.positions[7], 4);           // text resumes at s + max(2, 3) = 1 + 3
-  EXPECT_EQ(r.positions[8], 5);           // the second image starts at 5
+  EXPECT_EQ(r.positions[1 + L], 1);      // first image, row 0
+  EXPECT_EQ(r.positions[6 + 2 * L], 3);  // first image, last token: col 2
+  EXPECT_EQ(r.positions[7], 4);          // text resumes at s + max(2, 3) = 1 + 3
+  EXPECT_EQ(r.positions[8], 5);          // the second image starts at 5
   EXPECT_EQ(r.positions[9], 6);
   EXPECT_EQ(r.rope_delta, 7 - L);
   test::expect_error([&] { (void)rope_index(ids, 9, {grids, 1}, 2); }, {"more image tokens"});
@@ -77,7 +79,8 @@ TEST(ChatTemplate, SpecExample) {
             "<|im_start|>assistant\n");
   const std::vector<ChatMessage> with_system = {{"system", {{ContentItem::Kind::Text, "Be brief."}}},
                                                 {"user", {{ContentItem::Kind::Text, "Hi"}}}};
-  EXPECT_EQ(render_chat(with_system, false), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(render_chat(with_system, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
 }  // namespace

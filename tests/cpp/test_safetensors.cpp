@@ -27,8 +27,8 @@ class TempDir {
  public:
   TempDir() {
     std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("qhx_test_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    path_ =
+        fs::temp_directory_path() / ("qhx_test_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
     fs::create_directories(path_);
   }
   ~TempDir() {
@@ -82,7 +82,8 @@ std::string valid_file(const std::vector<TensorSpec>& specs, const Json& metadat
   if (!metadata.is_null()) header["__metadata__"] = metadata;
   std::string data;
   for (const auto& t : specs) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data += t.bytes;
   }
   std::string text = header.dump();
@@ -291,32 +292,37 @@ TEST(SafetensorsCorrupt, BadEntries) {
       {"not an object", "5", "", {"must be an object"}},
       {"missing dtype", R"({"shape":[1],"data_offsets":[0,4]})", "abcd", {"missing \"dtype\""}},
       {"dtype not a string", R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})", "abcd", {"\"dtype\" must be a string"}},
-      {"unsupported dtype", R"({"dtype":"F64","shape":[1],"data_offsets":[0,8]})", "abcdefgh",
+      {"unsupported dtype",
+       R"({"dtype":"F64","shape":[1],"data_offsets":[0,8]})",
+       "abcdefgh",
        {"unsupported dtype 'F64'"}},
       {"missing shape", R"({"dtype":"U8","data_offsets":[0,1]})", "a", {"missing \"shape\""}},
       {"shape not an array", R"({"dtype":"U8","shape":1,"data_offsets":[0,1]})", "a", {"\"shape\" must be an array"}},
       {"float dimension", R"({"dtype":"U8","shape":[1.5],"data_offsets":[0,1]})", "a", {"must be integers"}},
-      {"negative dimension", R"({"dtype":"U8","shape":[2,-1],"data_offsets":[0,1]})", "a",
+      {"negative dimension",
+       R"({"dtype":"U8","shape":[2,-1],"data_offsets":[0,1]})",
+       "a",
        {"negative shape dimension -1"}},
       {"missing offsets", R"({"dtype":"U8","shape":[1]})", "a", {"missing \"data_offsets\""}},
       {"offsets not a pair", R"({"dtype":"U8","shape":[1],"data_offsets":[0]})", "a", {"two integers"}},
       {"offsets not integers", R"({"dtype":"U8","shape":[1],"data_offsets":["0","1"]})", "a", {"must be integers"}},
       {"negative offset", R"({"dtype":"U8","shape":[1],"data_offsets":[-1,0]})", "a", {"negative data offset"}},
-      {"numel overflow", R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]})", "",
-       {"overflows"}},
-      {"numel*size overflow", R"({"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]})", "",
+      {"numel overflow", R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]})", "", {"overflows"}},
+      {"numel*size overflow",
+       R"({"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]})",
+       "",
        {"overflows"}},
       {"begin > end", R"({"dtype":"U8","shape":[0],"data_offsets":[3,2]})", "abcd", {"begin 3 > end 2"}},
       {"end past the file", R"({"dtype":"U8","shape":[8],"data_offsets":[0,8]})", "abcd", {"past the end"}},
-      {"size mismatch", R"({"dtype":"F32","shape":[2],"data_offsets":[0,4]})", "abcdefgh",
-       {"span 4 bytes", "need 8"}},
+      {"size mismatch", R"({"dtype":"F32","shape":[2],"data_offsets":[0,4]})", "abcdefgh", {"span 4 bytes", "need 8"}},
   };
   TempDir dir;
   int i = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.label);
     const fs::path file = dir.path() / ("bad_entry_" + std::to_string(i++) + ".safetensors");
-    write_bytes(file, raw_file(R"({"ok":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"bad":)" + c.entry + "}", c.data));
+    write_bytes(file,
+                raw_file(R"({"ok":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"bad":)" + c.entry + "}", c.data));
     std::vector<std::string> phrases = c.phrases;
     phrases.push_back("'bad'");
     try {
@@ -464,16 +470,15 @@ TEST(Checkpoint, TensorAbsentFromItsShard) {
   ShardedFixture fx;
   fx.weight_map["model.layers.1.w"] = "model-00001-of-00002.safetensors";
   fx.write_index();
-  expect_checkpoint_error(fx.index_path(),
-                          {"model.safetensors.index.json", "'model.layers.1.w'", "model-00001-of-00002.safetensors",
-                           "no such tensor"});
+  expect_checkpoint_error(fx.index_path(), {"model.safetensors.index.json", "'model.layers.1.w'",
+                                            "model-00001-of-00002.safetensors", "no such tensor"});
 }
 
 TEST(Checkpoint, CorruptShardNamesShardAndIndex) {
   ShardedFixture fx;
   write_bytes(fx.dir.path() / "model-00001-of-00002.safetensors", "abc");
-  expect_checkpoint_error(fx.dir.path(), {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
-                                          "too short"});
+  expect_checkpoint_error(fx.dir.path(),
+                          {"model.safetensors.index.json", "model-00001-of-00002.safetensors", "too short"});
 }
 
 TEST(Checkpoint, ShardNamesMustStayInTheDirectory) {

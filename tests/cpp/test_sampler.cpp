@@ -86,8 +86,8 @@ TEST(Sampler, TopKKeepsTiesWithTheKthValue) {
   // k-th largest is 3; HF removes only logits < 3, so all three 3s stay.
   expect_probs(probs_of(p, {1.0f, 3.0f, 3.0f, 0.0f, 3.0f}), {0, 1.0 / 3, 1.0 / 3, 0, 1.0 / 3});
   // Ties *below* the k-th value are dropped with everything else.
-  expect_probs(probs_of(p, {2.0f, 9.0f, 2.0f, 8.0f}), {0, std::exp(1.0) / (1 + std::exp(1.0)), 0,
-                                                       1 / (1 + std::exp(1.0))});
+  expect_probs(probs_of(p, {2.0f, 9.0f, 2.0f, 8.0f}),
+               {0, std::exp(1.0) / (1 + std::exp(1.0)), 0, 1 / (1 + std::exp(1.0))});
 }
 
 TEST(Sampler, TopKAtLeastVocabKeepsAll) {

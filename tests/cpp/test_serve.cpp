@@ -20,7 +20,9 @@ using qhx::serve::parse_chat_request;
 
 const qhx::serve::RequestLimits kLimits{std::nullopt, 2, 4096};
 
-qhx::serve::ChatRequest parse(const json& body) { return parse_chat_request(body.dump(), qhx::SamplingParams{}, kLimits); }
+qhx::serve::ChatRequest parse(const json& body) {
+  return parse_chat_request(body.dump(), qhx::SamplingParams{}, kLimits);
+}
 
 // The ApiError a body raises (the test fails if it parses).
 qhx::serve::ApiError error_of(const std::string& body) {

@@ -57,7 +57,8 @@ class SessionTest : public ::testing::TestWithParam<std::string> {
     return o;
   }
   SessionTest()
-      : pipe_(Pipeline::open(checkpoint(GetParam()))), fresh_pipe_(Pipeline::open(checkpoint(GetParam()), no_cache())) {}
+      : pipe_(Pipeline::open(checkpoint(GetParam()))),
+        fresh_pipe_(Pipeline::open(checkpoint(GetParam()), no_cache())) {}
 
   // The same conversation answered from nothing.
   GenerationResult fresh(const std::vector<Message>& history, const GenerationOptions& o = greedy()) {
@@ -106,7 +107,9 @@ TEST_P(SessionTest, EditingTurnTwoRewindsTheCacheAndStillMatches) {
   expect_same(r, f, "edited turn 2");
   // The cache was rewound to where the edited prompt departs from the last one: inside turn 2.
   const auto departs = std::mismatch(f.prompt_tokens.begin(), f.prompt_tokens.end(), last.prompt_tokens.begin(),
-                                     last.prompt_tokens.end()).first - f.prompt_tokens.begin();
+                                     last.prompt_tokens.end())
+                           .first -
+                       f.prompt_tokens.begin();
   EXPECT_EQ(r.cached_tokens, departs);
   EXPECT_GT(r.cached_tokens, static_cast<std::int64_t>(fresh({edited[0]}).prompt_tokens.size()));
   EXPECT_EQ(r.timings.image_cache_hits, 1) << "image 2 comes from the feature cache";
@@ -119,7 +122,9 @@ TEST_P(SessionTest, CancelledAnswerLeavesTheSessionConsistent) {
   s.send(turns[0], greedy());
   GenerationOptions cancel = greedy(12);
   int pieces = 0;
-  cancel.on_text = [&](std::string_view) { return ++pieces < 2; };
+  cancel.on_text = [&](std::string_view) {
+    return ++pieces < 2;
+  };
   const GenerationResult c = s.send(turns[1], cancel);
   EXPECT_EQ(c.stop_reason, "cancelled");
   EXPECT_LT(c.tokens.size(), 12u);
@@ -138,10 +143,15 @@ TEST_P(SessionTest, UnreadableImageInTurnThreeKeepsTurnsOneAndTwo) {
   const std::int64_t cached = s.cached_tokens();
   test::TempDir dir;
   const auto bad = dir.write("broken.png", "\x89PNG\r\n\x1a\n not really");
-  test::expect_error([&] { s.send(user({ContentPart::image_part(ImageSource::file(bad)), text("Look.")}), greedy()); },
-                     {"broken.png"});
   test::expect_error(
-      [&] { s.send(user({ContentPart::image_part(ImageSource::file(dir.path() / "absent.png")), text("x")}), greedy()); },
+      [&] {
+        s.send(user({ContentPart::image_part(ImageSource::file(bad)), text("Look.")}), greedy());
+      },
+      {"broken.png"});
+  test::expect_error(
+      [&] {
+        s.send(user({ContentPart::image_part(ImageSource::file(dir.path() / "absent.png")), text("x")}), greedy());
+      },
       {"absent.png"});
   ASSERT_EQ(s.messages().size(), before.size());
   EXPECT_EQ(s.cached_tokens(), cached);
@@ -225,9 +235,13 @@ TEST_P(SessionTest, ResentHistoryOfAStatelessClientReusesTheCache) {
 TEST_P(SessionTest, BadConversationsAreRefused) {
   Session s(pipe_);
   test::expect_error([&] { s.respond({}, greedy()); }, {"no messages"});
-  test::expect_error([&] { s.respond({Message::text("assistant", "hi")}, greedy()); }, {"must end with a user message"});
-  test::expect_error([&] { s.respond({Message::text("robot", "x"), Message::text("user", "y")}, greedy()); },
-                     {"role \"robot\""});
+  test::expect_error([&] { s.respond({Message::text("assistant", "hi")}, greedy()); },
+                     {"must end with a user message"});
+  test::expect_error(
+      [&] {
+        s.respond({Message::text("robot", "x"), Message::text("user", "y")}, greedy());
+      },
+      {"role \"robot\""});
   EXPECT_TRUE(s.messages().empty());
   EXPECT_EQ(s.cached_tokens(), 0);
 }
@@ -309,8 +323,11 @@ TEST(Session, ImageForATextOnlyPlanIsRefused) {
   Pipeline pipe = Pipeline::open(path);
   EXPECT_FALSE(pipe.takes_images());
   Session s(pipe);
-  test::expect_error([&] { s.send(user({picture("img256x320.png"), text("What is it?")}), greedy()); },
-                     {"no image stages", "cannot take an image"});
+  test::expect_error(
+      [&] {
+        s.send(user({picture("img256x320.png"), text("What is it?")}), greedy());
+      },
+      {"no image stages", "cannot take an image"});
   EXPECT_TRUE(s.messages().empty());
 }
 
@@ -328,7 +345,8 @@ std::filesystem::path checkpoint_with_template(const test::TempDir& dir, const s
 
 TEST(Session, ThinkingTemplateOpensWithThinkAndReturnsTheReasoningApart) {
   test::TempDir dir;
-  const std::string tmpl = test::read_file(std::filesystem::path(QHX_DEFAULT_TEST_DATA) / "chat_templates" / "qwen3vl_thinking.jinja");
+  const std::string tmpl =
+      test::read_file(std::filesystem::path(QHX_DEFAULT_TEST_DATA) / "chat_templates" / "qwen3vl_thinking.jinja");
   Pipeline pipe = Pipeline::open(checkpoint_with_template(dir, tmpl));
   const Tokenizer& tok = pipe.tokenizer();
   GenerationOptions o = greedy(32);
@@ -346,14 +364,16 @@ TEST(Session, ThinkingTemplateOpensWithThinkAndReturnsTheReasoningApart) {
   EXPECT_EQ(r.text, "It is dark.");
   // The next turn renders the history through the same template (which drops past reasoning).
   const GenerationResult next = s.send(Message::text("user", "Why?"), greedy(2));
-  EXPECT_EQ(next.prompt_tokens, tok.encode("<|im_start|>user\nIs it dark?<|im_end|>\n<|im_start|>assistant\nIt is dark.<|im_end|>\n"
-                                           "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+  EXPECT_EQ(next.prompt_tokens,
+            tok.encode("<|im_start|>user\nIs it dark?<|im_end|>\n<|im_start|>assistant\nIt is dark.<|im_end|>\n"
+                       "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n<think>\n"));
 }
 
 TEST(Session, UnsupportedTemplateConstructIsNamedWhenThePlanOpens) {
   test::TempDir dir;
   const auto ckpt = checkpoint_with_template(dir, "{% for m in messages %}\n{% include 'turn.jinja' %}{% endfor %}");
-  test::expect_error([&] { Pipeline::open(ckpt); }, {"chat_template", "chat_template.jinja:2:", "unsupported Jinja construct 'include'"});
+  test::expect_error([&] { Pipeline::open(ckpt); },
+                     {"chat_template", "chat_template.jinja:2:", "unsupported Jinja construct 'include'"});
 }
 
 // The KV cache's pages are faulted in ahead of the writes, one region's row per token
@@ -400,7 +420,9 @@ TEST(Messages, ParsesStringsAndParts) {
 }
 
 TEST(Messages, BadFilesNameTheElement) {
-  auto parse = [](const char* j) { return parse_messages(j, "conv.json", "."); };
+  auto parse = [](const char* j) {
+    return parse_messages(j, "conv.json", ".");
+  };
   test::expect_error([&] { parse("{\"role\":\"user\"}"); }, {"conv.json", "JSON array of messages"});
   test::expect_error([&] { parse("[1]"); }, {"conv.json: [0]", "must be an object"});
   test::expect_error([&] { parse("[{\"role\":\"user\"}]"); }, {"[0].content: missing"});

@@ -211,8 +211,9 @@ TEST_P(SpeculateTest, ForcedTokensAreVerifiedSeveralARun) {
 
 TEST_P(SpeculateTest, GreedyImagePromptIsIdentical) {
   const std::vector<Message> turns{
-      {"user", {ContentPart::image_part(ImageSource::file(image("img256x320.png"))),
-                ContentPart::text_part("Describe the picture. Describe the picture. Describe the picture.")}}};
+      {"user",
+       {ContentPart::image_part(ImageSource::file(image("img256x320.png"))),
+        ContentPart::text_part("Describe the picture. Describe the picture. Describe the picture.")}}};
   const GenerationResult plain = answer(turns, greedy(24, 0));
   const GenerationResult spec = answer(turns, greedy(24, 4));
   expect_same(plain, spec, "image");
@@ -234,8 +235,14 @@ TEST_P(SpeculateTest, EveryBudgetAndStopStringEndsAsPlainDecode) {
     GenerationOptions p = greedy(30, 0), s = greedy(30, 4);
     p.stop = s.stop = {full.text.substr(cut, 2)};
     std::string streamed_p, streamed_s;
-    p.on_text = [&](std::string_view t) { streamed_p += t; return true; };
-    s.on_text = [&](std::string_view t) { streamed_s += t; return true; };
+    p.on_text = [&](std::string_view t) {
+      streamed_p += t;
+      return true;
+    };
+    s.on_text = [&](std::string_view t) {
+      streamed_s += t;
+      return true;
+    };
     const GenerationResult a = answer(turns, p), b = answer(turns, s);
     expect_same(a, b, "stop at " + std::to_string(cut));
     EXPECT_EQ(streamed_p, streamed_s);
@@ -244,7 +251,9 @@ TEST_P(SpeculateTest, EveryBudgetAndStopStringEndsAsPlainDecode) {
   for (const std::int64_t spec_k : {0, 4}) {
     GenerationOptions o = greedy(30, spec_k);
     int pieces = 0;
-    o.on_text = [&](std::string_view) { return ++pieces < 5; };
+    o.on_text = [&](std::string_view) {
+      return ++pieces < 5;
+    };
     const GenerationResult r = answer(turns, o);
     EXPECT_EQ(r.stop_reason, "cancelled");
     EXPECT_EQ(pieces, 5) << "k " << spec_k;

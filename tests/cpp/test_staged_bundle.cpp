@@ -147,7 +147,8 @@ TEST(OutDir, DangerousValuesAreRefusedBeforeAnythingIsWritten) {
   fs::create_directories(notes);
   std::ofstream(notes / "my_notes.txt") << "x";
   std::ofstream(notes / "config.json") << "{}";
-  expect_error([&] { checked_out_dir(notes, d.source); }, {"not part of a QHexRT bundle", "my_notes.txt", "config.json"});
+  expect_error([&] { checked_out_dir(notes, d.source); },
+               {"not part of a QHexRT bundle", "my_notes.txt", "config.json"});
   publish(d.out, d.source, "old");
   std::ofstream(d.out / "my-manifest.json") << "{}";
   expect_error([&] { checked_out_dir(d.out, d.source); }, {"my-manifest.json", "would be lost"});

@@ -211,7 +211,8 @@ TEST(StoredPanels, MappedFromABundleFileWithNoCopy) {
   linear_i8_packed(x.data(), 3, *repacked, nullptr, b.data());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   // The shape the config asks for must be the stored one.
-  expect_error([&] { find_stored_panels(*ckpt, path.string(), "x.weight", 80, m.cols); }, "m.bin: tensor x.weight.shape");
+  expect_error([&] { find_stored_panels(*ckpt, path.string(), "x.weight", 80, m.cols); },
+               "m.bin: tensor x.weight.shape");
 }
 
 // Bundle format 2 end to end: add_w8_panel_matrix writes a matrix, matrix_weight maps
@@ -224,7 +225,9 @@ TEST(StoredPanels, BundleFormat2MatchesTheRowMajorMatrix) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   auto src = std::make_shared<std::vector<float>>(static_cast<std::size_t>(rows * cols));
   for (auto& v : *src) v = nd(rng);
-  const RowSource rows_of = [src](std::int64_t r, float* out) { std::copy_n(src->begin() + r * cols, cols, out); };
+  const RowSource rows_of = [src](std::int64_t r, float* out) {
+    std::copy_n(src->begin() + r * cols, cols, out);
+  };
   test::TempDir dir;
   const auto path = dir.path() / "m.bin", path_v1 = dir.path() / "v1.bin";
   {
@@ -265,7 +268,8 @@ TEST(StoredPanels, BundleFormat2MatchesTheRowMajorMatrix) {
       const bool in_place = int8 && p.packed != nullptr && p.panel_form;
       if (set != &reference_kernels() && int8 && int8_kernel_best().panel == kStoredPanel) {
         ASSERT_TRUE(in_place);  // opening is mapping: the kernel reads the file's bytes
-        EXPECT_EQ(static_cast<const void*>(p.packed->data.get()), static_cast<const void*>(ck.get("p.weight.panels").data));
+        EXPECT_EQ(static_cast<const void*>(p.packed->data.get()),
+                  static_cast<const void*>(ck.get("p.weight.panels").data));
       } else {
         EXPECT_FALSE(p.panel_form);  // unpacked into rows of its own
         EXPECT_NE(p.owned, nullptr);

@@ -39,7 +39,8 @@ void expect_covered_once(std::int64_t n, std::int64_t grain) {
     chunks.fetch_add(1);
     for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
   });
-  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+  for (std::int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
   EXPECT_LE(chunks.load(), num_threads());
   if (n == 0) {
     EXPECT_EQ(chunks.load(), 0);
@@ -111,13 +112,15 @@ TEST_F(ThreadPool, ConcurrentCallersAreSafe) {
 
 TEST_F(ThreadPool, ExceptionsReachTheCaller) {
   set_threads(2);
-  EXPECT_THROW(parallel_for(2, [](std::int64_t b, std::int64_t) {
-                 if (b > 0) throw std::runtime_error("worker");
-               }),
+  EXPECT_THROW(parallel_for(2,
+                            [](std::int64_t b, std::int64_t) {
+                              if (b > 0) throw std::runtime_error("worker");
+                            }),
                std::runtime_error);
-  EXPECT_THROW(parallel_for(2, [](std::int64_t b, std::int64_t) {
-                 if (b == 0) throw std::runtime_error("caller");
-               }),
+  EXPECT_THROW(parallel_for(2,
+                            [](std::int64_t b, std::int64_t) {
+                              if (b == 0) throw std::runtime_error("caller");
+                            }),
                std::runtime_error);
   // The pool still works afterwards.
   expect_covered_once(100, 1);
@@ -139,7 +142,8 @@ void expect_exact_pieces(std::int64_t n, std::int64_t piece) {
   std::vector<std::pair<std::int64_t, std::int64_t>> want;
   for (std::int64_t b = 0; b < n; b += piece) want.emplace_back(b, std::min(n, b + piece));
   EXPECT_EQ(got, want) << "n=" << n << " piece=" << piece << " threads=" << num_threads();
-  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+  for (std::int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
 }
 
 TEST_F(ThreadPool, PiecesHaveFixedBoundsForAnyThreadCount) {
@@ -188,9 +192,10 @@ TEST_F(ThreadPool, NestedPiecesRunSeriallyWithTheSameBounds) {
 
 TEST_F(ThreadPool, ExceptionsInPiecesReachTheCaller) {
   set_threads(2);
-  EXPECT_THROW(parallel_for_pieces(9, 2, [](std::int64_t b, std::int64_t) {
-                 if (b == 4) throw std::runtime_error("piece");
-               }),
+  EXPECT_THROW(parallel_for_pieces(9, 2,
+                                   [](std::int64_t b, std::int64_t) {
+                                     if (b == 4) throw std::runtime_error("piece");
+                                   }),
                std::runtime_error);
   expect_exact_pieces(100, 7);
 }
@@ -299,9 +304,10 @@ TEST_F(ThreadPool, ABalancedThreadHeldUpLeavesTheRestOfItsShareToTheOthers) {
 
 TEST_F(ThreadPool, ExceptionsInBalancedRunsReachTheCaller) {
   set_threads(2);
-  EXPECT_THROW(parallel_for_balanced(90, 1, 2, [](std::int64_t b, std::int64_t e) {
-                 if (b <= 60 && 60 < e) throw std::runtime_error("run");
-               }),
+  EXPECT_THROW(parallel_for_balanced(90, 1, 2,
+                                     [](std::int64_t b, std::int64_t e) {
+                                       if (b <= 60 && 60 < e) throw std::runtime_error("run");
+                                     }),
                std::runtime_error);
   expect_balanced_runs(100, 1, 7);
 }

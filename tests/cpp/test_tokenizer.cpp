@@ -68,9 +68,8 @@ TEST(Tokenizer, ChatPromptOfTheSpec) {
   const std::string prompt =
       "<|im_start|>user\n<|vision_start|><|image_pad|><|image_pad|><|image_pad|><|image_pad|><|vision_end|>"
       "Describe this image.<|im_end|>\n<|im_start|>assistant\n";
-  EXPECT_EQ(qwen_tokenizer().encode(prompt),
-            (Ids{151644, 872, 198, 151652, 151655, 151655, 151655, 151655, 151653, 74785, 419, 2168, 13, 151645, 198,
-                 151644, 77091, 198}));
+  EXPECT_EQ(qwen_tokenizer().encode(prompt), (Ids{151644, 872, 198, 151652, 151655, 151655, 151655, 151655, 151653,
+                                                  74785, 419, 2168, 13, 151645, 198, 151644, 77091, 198}));
 }
 
 TEST(Tokenizer, AddedTokensMatchInRawTextLeftmostLongest) {
@@ -143,9 +142,12 @@ TEST(StreamDecoder, ConcatenationEqualsFullDecode) {
     Ids ids;
     for (int k = 0; k < 40; ++k) {
       const auto r = rng() % 4;
-      if (r == 0) ids.push_back(byte_id(static_cast<unsigned char>(rng() % 256)));
-      else if (r == 1) ids.push_back(static_cast<std::int32_t>(rng() % 151669));
-      else ids.push_back(text[rng() % text.size()]);
+      if (r == 0)
+        ids.push_back(byte_id(static_cast<unsigned char>(rng() % 256)));
+      else if (r == 1)
+        ids.push_back(static_cast<std::int32_t>(rng() % 151669));
+      else
+        ids.push_back(text[rng() % text.size()]);
     }
     for (const bool skip : {false, true}) {
       StreamDecoder dec(tok, skip);

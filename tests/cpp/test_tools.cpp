@@ -28,8 +28,8 @@ ToolRun run_tool(const std::string& tool, const std::string& args, const std::st
   const auto in = dir.write("stdin", input);
   const auto out = dir.path() / "stdout";
   const auto err = dir.path() / "stderr";
-  const std::string cmd = (test::bin_dir() / tool).string() + " " + args + " <" +
-                          in.string() + " >" + out.string() + " 2>" + err.string();
+  const std::string cmd =
+      (test::bin_dir() / tool).string() + " " + args + " <" + in.string() + " >" + out.string() + " 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   ToolRun r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -133,7 +133,8 @@ void expect_generate_error(const std::string& args, std::initializer_list<std::s
   const ToolRun r = run_tool("qhx_generate", args, "");
   EXPECT_NE(r.status, 0) << args;
   EXPECT_LT(r.status, 128) << "crashed: " << args << "\n" << r.err;  // a signal is a crash
-  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << args << "\n" << r.err << "\nlacks: " << f;
+  for (const auto& f : fragments)
+    EXPECT_NE(r.err.find(f), std::string::npos) << args << "\n" << r.err << "\nlacks: " << f;
 }
 
 TEST(QhxGenerate, GeneratesGreedyJson) {
@@ -146,7 +147,8 @@ TEST(QhxGenerate, GeneratesGreedyJson) {
   const auto j = nlohmann::json::parse(last);
   EXPECT_EQ(j["tokens"].size(), 4u);
   EXPECT_EQ(j["prompt_tokens"], (std::vector<int>{151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198}));
-  for (const char* k : {"load_ms", "prefill_ms", "ttft_ms", "decode_ms_per_token"}) EXPECT_TRUE(j["timings"].contains(k)) << k;
+  for (const char* k : {"load_ms", "prefill_ms", "ttft_ms", "decode_ms_per_token"})
+    EXPECT_TRUE(j["timings"].contains(k)) << k;
   EXPECT_GT(j["peak_rss_mb"].get<double>(), 0.0);
   EXPECT_NE(r.err.find("ms/token"), std::string::npos);
 }
@@ -158,8 +160,8 @@ TEST(QhxGenerate, SeedPositionalForm) {
   const ToolRun ok = run_tool("qhx_generate", quoted(manifest) + " cpu - " + quoted(dir.path()) + " 3 Hello", "");
   EXPECT_EQ(ok.status, 0) << ok.err;
   // A CPU plan given the QNN libraries runs on the CPU and says so (nothing of QNN is loaded).
-  const ToolRun cpu_plan =
-      run_tool("qhx_generate", quoted(manifest) + " libQnnHtp.so libQnnSystem.so " + quoted(dir.path()) + " 3 Hello", "");
+  const ToolRun cpu_plan = run_tool(
+      "qhx_generate", quoted(manifest) + " libQnnHtp.so libQnnSystem.so " + quoted(dir.path()) + " 3 Hello", "");
   EXPECT_EQ(cpu_plan.status, 0) << cpu_plan.err;
   EXPECT_NE(cpu_plan.err.find("runs on the CPU"), std::string::npos) << cpu_plan.err;
   EXPECT_EQ(cpu_plan.out, ok.out);
@@ -235,7 +237,8 @@ namespace {
 // A w8 bundle of the tiny checkpoint, exported by qhx_export into `dir`.
 std::filesystem::path export_tiny_bundle(const test::TempDir& dir) {
   const auto out = dir.path() / "bundle";
-  const ToolRun r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w8 -q", "");
+  const ToolRun r =
+      run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w8 -q", "");
   EXPECT_EQ(r.status, 0) << r.err;
   return out;
 }
@@ -243,11 +246,13 @@ std::filesystem::path export_tiny_bundle(const test::TempDir& dir) {
 TEST(QhxExport, BundleRunsAndVerifies) {
   test::TempDir dir;
   const auto out = dir.path() / "bundle";
-  const ToolRun r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w8 -q --verify", "");
+  const ToolRun r = run_tool(
+      "qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w8 -q --verify", "");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("verify: passed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("llm_shared_512.bin"), std::string::npos) << r.out;
-  const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
+  const ToolRun g =
+      run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
   EXPECT_EQ(g.status, 0) << g.err;
   // A quantized bundle's decoder keeps its KV cache in f16 and computes on the int8 path.
   for (const char* m : {"qwen3vl-2b-text-512.json", "qwen3vl-2b-vlm-512.json"}) {
@@ -263,15 +268,19 @@ TEST(QhxExport, BadArguments) {
   ToolRun r = run_tool("qhx_export", "--hf /nonexistent --out " + quoted(dir.path() / "b"), "");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
-  r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights w3", "");
+  r = run_tool("qhx_export",
+               "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights w3", "");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("w3"), std::string::npos) << r.err;
-  r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --lm-head w2", "");
+  r = run_tool("qhx_export",
+               "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --lm-head w2", "");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("w2"), std::string::npos) << r.err;
   // A quantized lm-head in a float bundle is refused, naming both flags.
-  r = run_tool("qhx_export",
-               "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights f16 --lm-head w4 -q", "");
+  r = run_tool(
+      "qhx_export",
+      "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(dir.path() / "b") + " --weights f16 --lm-head w4 -q",
+      "");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--lm-head w4 with --weights f16"), std::string::npos) << r.err;
 }
@@ -283,15 +292,17 @@ TEST(QhxExport, W4LmHead) {
   for (const char* head : {"w8", "w4"}) {
     SCOPED_TRACE(head);
     std::filesystem::remove_all(out);
-    const ToolRun r = run_tool("qhx_export", "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) +
-                                                 " --weights w4 --lm-head " + head + " -q", "");
+    const ToolRun r = run_tool(
+        "qhx_export",
+        "--hf " + quoted(tiny_checkpoint()) + " --out " + quoted(out) + " --weights w4 --lm-head " + head + " -q", "");
     ASSERT_EQ(r.status, 0) << r.err;
     const auto file = SafetensorsFile::open(out / "lmhead_wqo.bin");
     if (std::string(head) == "w4")
       EXPECT_EQ(file.get("lm_head.weight").dtype, DType::U8);
     else  // w8: the panel form (docs/bundle.md)
       EXPECT_EQ(file.get("lm_head.weight.panels").dtype, DType::I8);
-    const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
+    const ToolRun g =
+        run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
     EXPECT_EQ(g.status, 0) << g.err;
   }
 }
@@ -305,7 +316,7 @@ TEST(QhxGenerate, CorruptBundles) {
 
   std::ofstream(llm, std::ios::binary) << good.substr(0, good.size() / 2);  // truncated
   expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin", "past the end"});
-  std::ofstream(llm, std::ios::binary) << "garbage, not a bundle";           // corrupt
+  std::ofstream(llm, std::ios::binary) << "garbage, not a bundle";  // corrupt
   expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin"});
 
   std::string newer = good;  // the same bytes, claiming a format version past this build's
@@ -317,7 +328,7 @@ TEST(QhxGenerate, CorruptBundles) {
   expect_generate_error("-m " + text + " -p Hi -n 2", {"llm_shared_512.bin", "version 9", "newer QHexRT"});
 
   std::ofstream(llm, std::ios::binary) << good;
-  std::filesystem::remove(bundle / "lmhead_wqo.bin");                       // a file the manifest names is missing
+  std::filesystem::remove(bundle / "lmhead_wqo.bin");  // a file the manifest names is missing
   expect_generate_error("-m " + text + " -p Hi -n 2", {"lmhead_wqo.bin"});
 }
 
@@ -350,7 +361,8 @@ TEST(QhxGenerate, ImageErrors) {
   expect_generate_error("-m " + vlm + " -p '<image> and <image>' -n 2 -i " + quoted(ppm), {"<image> markers"});
   // Raw prompts carry the vision tokens themselves: their image pads must match the images.
   expect_generate_error("-m " + vlm + " --raw -p Hi -n 2 -i " + quoted(ppm), {"fewer image placeholders than images"});
-  const std::string two_pads = "'<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|image_pad|><|vision_end|>'";
+  const std::string two_pads =
+      "'<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|image_pad|><|vision_end|>'";
   expect_generate_error("-m " + vlm + " --raw -p " + two_pads + " -n 2 -i " + quoted(ppm),
                         {"more image placeholders than images"});
 }

@@ -12,11 +12,11 @@ const std::string R = "\uFFFD";
 TEST(Utf8, LossyDecodingMatchesPython) {
   EXPECT_EQ(to_valid_lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
             "a" + R + R + R + "b" + R + "c" + R + R + "d");
-  EXPECT_EQ(to_valid_lossy("\xED\xA0\x80"), R + R + R);      // a surrogate is never well-formed
+  EXPECT_EQ(to_valid_lossy("\xED\xA0\x80"), R + R + R);          // a surrogate is never well-formed
   EXPECT_EQ(to_valid_lossy("\xF4\x90\x80\x80"), R + R + R + R);  // beyond U+10FFFF
-  EXPECT_EQ(to_valid_lossy("\xC0\xAF"), R + R);              // overlong
+  EXPECT_EQ(to_valid_lossy("\xC0\xAF"), R + R);                  // overlong
   EXPECT_EQ(to_valid_lossy("\xE0\x80\xAF"), R + R + R);
-  EXPECT_EQ(to_valid_lossy("\xF0\x9F\x98"), R);              // truncated: one maximal subpart
+  EXPECT_EQ(to_valid_lossy("\xF0\x9F\x98"), R);  // truncated: one maximal subpart
   EXPECT_EQ(to_valid_lossy("\xF0\x9F\x98\x80"), "\U0001F600");
   EXPECT_EQ(to_valid_lossy(std::string("a\0b", 3)), std::string("a\0b", 3));
 }
@@ -36,7 +36,7 @@ TEST(Utf8, StablePrefixHoldsBackOnlyAPossibleSequence) {
   EXPECT_EQ(stable_prefix_length("ab\xF0\x9F\x98"), 2u);
   EXPECT_EQ(stable_prefix_length("ab\xE4\x41"), 4u);  // cannot complete any more
   EXPECT_EQ(stable_prefix_length("ab\xFF"), 3u);
-  EXPECT_EQ(stable_prefix_length("\xE0\x80"), 2u);     // E0 80 is ill-formed at once
+  EXPECT_EQ(stable_prefix_length("\xE0\x80"), 2u);  // E0 80 is ill-formed at once
 }
 
 TEST(Utf8, AppendAndDecodeRoundTrip) {

@@ -22,7 +22,8 @@ std::vector<std::uint8_t> as_safetensors(const std::uint8_t* data, std::size_t s
   const auto* nul = static_cast<const std::uint8_t*>(std::memchr(data, 0, size));
   const std::size_t header = nul != nullptr ? static_cast<std::size_t>(nul - data) : size;
   std::vector<std::uint8_t> out(8);
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(std::uint64_t{header} >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(std::uint64_t{header} >> (8 * i));
   out.insert(out.end(), data, data + size);
   if (nul != nullptr) out.erase(out.begin() + 8 + static_cast<std::ptrdiff_t>(header));  // the separator
   return out;

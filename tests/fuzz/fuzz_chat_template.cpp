@@ -67,7 +67,8 @@ qhx::ChatTemplate load_or_die(const std::filesystem::path& p) {
   try {
     return qhx::ChatTemplate::load(p);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz_chat_template: %s (the tiny checkpoint and the tokenizer come from scripts/test.sh)\n", e.what());
+    std::fprintf(stderr, "fuzz_chat_template: %s (the tiny checkpoint and the tokenizer come from scripts/test.sh)\n",
+                 e.what());
     std::exit(1);
   }
 }
@@ -77,7 +78,8 @@ qhx::ChatTemplate load_or_die(const std::filesystem::path& p) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const auto cache = qhx::fuzz::cache_dir();
   g_templates.push_back(load_or_die(cache / "reference" / "tiny_a" / "checkpoint"));
-  g_templates.push_back(load_or_die(std::filesystem::path(QHX_FUZZ_TEST_DATA) / "chat_templates" / "qwen3vl_thinking.jinja"));
+  g_templates.push_back(
+      load_or_die(std::filesystem::path(QHX_FUZZ_TEST_DATA) / "chat_templates" / "qwen3vl_thinking.jinja"));
   g_templates.push_back(load_or_die(qhx::fuzz::tokenizer_json().parent_path() / "tokenizer_config.json"));
   return 0;
 }
@@ -94,8 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::optional<std::vector<qhx::Message>> parsed;
   qhx::fuzz::expect_only_qhx_errors([&] { parsed = qhx::parse_messages(json, "messages.json", "/nonexistent"); });
   if (parsed) render_all(*parsed, gen);
-  const std::string context =
-      std::string(R"({"messages": )") + json + R"(, "tools": null, "add_generation_prompt": )" + (gen ? "true}" : "false}");
+  const std::string context = std::string(R"({"messages": )") + json + R"(, "tools": null, "add_generation_prompt": )" +
+                              (gen ? "true}" : "false}");
   for (const auto& t : g_templates) qhx::fuzz::expect_only_qhx_errors([&] { (void)t.render_json(context); });
   return 0;
 }

@@ -31,7 +31,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 void check_file(const std::string& f, const std::string& descr, const std::vector<std::int64_t>& shape,
                 const void* data, std::size_t bytes) {
   QHX_FUZZ_CHECK(f.size() >= 10 && f.compare(0, 6, "\x93NUMPY") == 0 && f[6] == 1 && f[7] == 0);
-  const std::size_t len = static_cast<unsigned char>(f[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(f[9])) << 8);
+  const std::size_t len =
+      static_cast<unsigned char>(f[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(f[9])) << 8);
   QHX_FUZZ_CHECK((10 + len) % 64 == 0 && f.size() == 10 + len + bytes);
   const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   QHX_FUZZ_CHECK(f.compare(10, dict.size(), dict) == 0 && f[10 + len - 1] == '\n');
@@ -45,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FuzzedDataProvider fdp(data, size);
   std::vector<std::int64_t> shape(fdp.ConsumeIntegralInRange<std::size_t>(0, 12));
   // Mostly small dimensions (files that get written), sometimes any int64.
-  for (auto& d : shape) d = fdp.ConsumeBool() ? fdp.ConsumeIntegral<std::int64_t>() : fdp.ConsumeIntegralInRange<std::int64_t>(0, 6);
+  for (auto& d : shape)
+    d = fdp.ConsumeBool() ? fdp.ConsumeIntegral<std::int64_t>() : fdp.ConsumeIntegralInRange<std::int64_t>(0, 6);
   const bool as_i64 = fdp.ConsumeBool();
   const auto n = fdp.ConsumeIntegralInRange<std::size_t>(0, 4096);
   const auto path = file.write({});

@@ -39,7 +39,7 @@ std::uint32_t small_or_any(FuzzedDataProvider& fdp, std::uint32_t small) {
 
 abi::Tensor tensor(FuzzedDataProvider& fdp, Arena& a) {
   static const abi::DataType kTypes[] = {abi::DataType::Float32, abi::DataType::Float16, abi::DataType::Int32,
-                                         abi::DataType::Int8, abi::DataType::UInt8, abi::DataType::Bool8};
+                                         abi::DataType::Int8,    abi::DataType::UInt8,   abi::DataType::Bool8};
   abi::Tensor t{};
   t.version = fdp.ConsumeIntegralInRange<std::uint32_t>(0, 3);
   abi::TensorV1& v = t.v1;

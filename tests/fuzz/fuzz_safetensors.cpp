@@ -22,8 +22,11 @@ void check_views(const qhx::SafetensorsFile& st, std::size_t file_size) {
     if (t.nbytes > 0) views.push_back(&t);
   }
   std::sort(views.begin(), views.end(), [](auto* a, auto* b) { return a->data < b->data; });
-  for (std::size_t i = 1; i < views.size(); ++i) QHX_FUZZ_CHECK(views[i - 1]->data + views[i - 1]->nbytes <= views[i]->data);
-  if (!views.empty()) QHX_FUZZ_CHECK(views.back()->data + views.back()->nbytes - views.front()->data <= static_cast<std::ptrdiff_t>(file_size));
+  for (std::size_t i = 1; i < views.size(); ++i)
+    QHX_FUZZ_CHECK(views[i - 1]->data + views[i - 1]->nbytes <= views[i]->data);
+  if (!views.empty())
+    QHX_FUZZ_CHECK(views.back()->data + views.back()->nbytes - views.front()->data <=
+                   static_cast<std::ptrdiff_t>(file_size));
 }
 
 }  // namespace

@@ -17,8 +17,8 @@ std::string base64(const std::uint8_t* p, std::size_t n) {
   static const char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   for (std::size_t i = 0; i < n; i += 3) {
-    const std::uint32_t v = (std::uint32_t{p[i]} << 16) | (i + 1 < n ? std::uint32_t{p[i + 1]} << 8 : 0) |
-                            (i + 2 < n ? p[i + 2] : 0u);
+    const std::uint32_t v =
+        (std::uint32_t{p[i]} << 16) | (i + 1 < n ? std::uint32_t{p[i + 1]} << 8 : 0) | (i + 2 < n ? p[i + 2] : 0u);
     out += kAlphabet[(v >> 18) & 63];
     out += kAlphabet[(v >> 12) & 63];
     out += i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=';
@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // The URL as a client sends it; invalid UTF-8 never reaches the parser as a
   // string (the body would not be JSON), so such bytes are replaced first.
-  nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", ""}}}}}}}}}};
+  nlohmann::json body = {
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", ""}}}}}}}}}};
   std::string url(text);
   for (char& c : url)
     if (static_cast<unsigned char>(c) >= 0x80) c = '?';

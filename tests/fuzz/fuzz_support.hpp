@@ -29,8 +29,7 @@ template <typename Fn>
 void expect_only_qhx_errors(Fn&& fn) {
   try {
     fn();
-  } catch (const qhx::Error&) {
-  }
+  } catch (const qhx::Error&) {}
 }
 
 // Stops the run with a message, as a failed invariant must (libFuzzer saves the input).
@@ -38,8 +37,8 @@ void expect_only_qhx_errors(Fn&& fn) {
   std::fprintf(stderr, "fuzz invariant failed: %s\n", what);
   std::abort();
 }
-#define QHX_FUZZ_CHECK(cond) \
-  do {                       \
+#define QHX_FUZZ_CHECK(cond)                           \
+  do {                                                 \
     if (!(cond)) ::qhx::fuzz::invariant_failed(#cond); \
   } while (0)
 
@@ -49,7 +48,8 @@ class ScratchFile {
  public:
   explicit ScratchFile(const std::string& suffix) {
     const char* tmp = std::getenv("TMPDIR");
-    const std::filesystem::path dir = std::filesystem::exists("/dev/shm") ? "/dev/shm" : (tmp != nullptr ? tmp : "/tmp");
+    const std::filesystem::path dir =
+        std::filesystem::exists("/dev/shm") ? "/dev/shm" : (tmp != nullptr ? tmp : "/tmp");
     path_ = dir / ("qhx_fuzz_" + std::to_string(getpid()) + suffix);
   }
   ~ScratchFile() {

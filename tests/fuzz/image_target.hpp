@@ -23,8 +23,7 @@ inline constexpr std::int64_t kFuzzMaxPixels = std::int64_t{1} << 18;
 
 inline std::vector<std::uint8_t> with_prefix(std::string_view magic, const std::uint8_t* data, std::size_t size) {
   std::vector<std::uint8_t> out;
-  if (size < magic.size() || std::memcmp(data, magic.data(), magic.size()) != 0)
-    out.assign(magic.begin(), magic.end());
+  if (size < magic.size() || std::memcmp(data, magic.data(), magic.size()) != 0) out.assign(magic.begin(), magic.end());
   out.insert(out.end(), data, data + size);
   return out;
 }

@@ -34,8 +34,10 @@ Option* Option::check(const Check& c) {
     case Check::Kind::non_negative: o->check(CLI::NonNegativeNumber); break;
     case Check::Kind::member: o->check(CLI::IsMember(c.members)); break;
     case Check::Kind::range:
-      if (c.integral) o->check(CLI::Range(static_cast<long long>(c.lo), static_cast<long long>(c.hi)));
-      else o->check(CLI::Range(c.lo, c.hi));
+      if (c.integral)
+        o->check(CLI::Range(static_cast<long long>(c.lo), static_cast<long long>(c.hi)));
+      else
+        o->check(CLI::Range(c.lo, c.hi));
       break;
     case Check::Kind::custom: o->check(CLI::Validator(c.custom, c.description)); break;
   }

@@ -56,7 +56,7 @@ class Option {
  private:
   friend class App;
   explicit Option(void* impl) : impl_(impl) {}
-  void* impl_;                      // the CLI::Option, owned by the App
+  void* impl_;                        // the CLI::Option, owned by the App
   Option* pending_unless_ = nullptr;  // required_unless's other option
 };
 
@@ -85,8 +85,8 @@ class App {
 }  // namespace qhx_cli
 
 // For main(): parse, or return the exit code (help: 0; a bad command line: CLI11's code).
-#define QHX_CLI_PARSE(app, argc, argv)                  \
-  do {                                                  \
+#define QHX_CLI_PARSE(app, argc, argv)                   \
+  do {                                                   \
     const int qhx_cli_rc_ = (app).parse((argc), (argv)); \
-    if (qhx_cli_rc_ >= 0) return qhx_cli_rc_;           \
+    if (qhx_cli_rc_ >= 0) return qhx_cli_rc_;            \
   } while (false)

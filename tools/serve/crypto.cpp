@@ -19,8 +19,8 @@ std::optional<std::vector<std::uint8_t>> base64_decode(std::string_view text) {
   for (std::size_t at = 0; at < text.size(); at += piece) {
     const std::size_t n = std::min(piece, text.size() - at);
     int wrote = 0;
-    if (EVP_DecodeUpdate(ctx.get(), out.data() + done, &wrote,
-                         reinterpret_cast<const unsigned char*>(text.data() + at), static_cast<int>(n)) < 0)
+    if (EVP_DecodeUpdate(ctx.get(), out.data() + done, &wrote, reinterpret_cast<const unsigned char*>(text.data() + at),
+                         static_cast<int>(n)) < 0)
       return std::nullopt;
     done += static_cast<std::size_t>(wrote);
   }

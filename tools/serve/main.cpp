@@ -76,7 +76,8 @@ int run(const Args& a) {
   if (!a.allow_file_dir.empty()) {
     std::error_code ec;
     auto dir = std::filesystem::canonical(a.allow_file_dir, ec);
-    if (ec || !std::filesystem::is_directory(dir)) qhx::fail("--allow-file-dir ", a.allow_file_dir, ": not a directory");
+    if (ec || !std::filesystem::is_directory(dir))
+      qhx::fail("--allow-file-dir ", a.allow_file_dir, ": not a directory");
     cfg.allow_file_dir = dir;
   }
 

@@ -33,7 +33,8 @@ bool is_connection(int fd, const std::string& local_addr, int local_port, const 
   socklen_t len = sizeof a;
   std::string host;
   int port = -1;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || (a.ss_family != AF_INET && a.ss_family != AF_INET6))
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+      (a.ss_family != AF_INET && a.ss_family != AF_INET6))
     return false;
   if (!host_and_port(a, len, host, port) || port != local_port || (!local_addr.empty() && host != local_addr))
     return false;
@@ -44,8 +45,7 @@ bool is_connection(int fd, const std::string& local_addr, int local_port, const 
 
 }  // namespace
 
-PeerSocket::PeerSocket(const std::string& local_addr, int local_port, const std::string& remote_addr,
-                       int remote_port) {
+PeerSocket::PeerSocket(const std::string& local_addr, int local_port, const std::string& remote_addr, int remote_port) {
   if (local_port <= 0 || remote_port <= 0 || remote_addr.empty()) return;
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return;

@@ -53,9 +53,9 @@ bool Job::wait_text(std::string& out) {
   return !out.empty();
 }
 
-ModelQueue::ModelQueue(Pipeline& pipeline, std::size_t sessions, std::size_t max_queue)
-    : max_queue_(max_queue) {
-  for (std::size_t i = 0; i < std::max<std::size_t>(1, sessions); ++i) slots_.push_back(std::make_unique<Slot>(pipeline));
+ModelQueue::ModelQueue(Pipeline& pipeline, std::size_t sessions, std::size_t max_queue) : max_queue_(max_queue) {
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, sessions); ++i)
+    slots_.push_back(std::make_unique<Slot>(pipeline));
   thread_ = std::thread([this] { run(); });
 }
 

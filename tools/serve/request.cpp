@@ -72,7 +72,8 @@ ImageSource image_from_url(const std::string& url, const std::string& param, con
                   param, "file_url_refused");
     std::string p = url.substr(7);
     if (p.rfind("localhost/", 0) == 0) p = p.substr(9);
-    if (p.empty() || p[0] != '/') bad_request(cat(param, ": a file:// URL needs an absolute path"), param, "invalid_image_url");
+    if (p.empty() || p[0] != '/')
+      bad_request(cat(param, ": a file:// URL needs an absolute path"), param, "invalid_image_url");
     if (p.find('%') != std::string::npos)
       bad_request(cat(param, ": percent-encoded file:// URLs are not supported"), param, "invalid_image_url");
     std::error_code ec;
@@ -82,13 +83,14 @@ ImageSource image_from_url(const std::string& url, const std::string& param, con
     if (rel.empty() || *rel.begin() == "..")
       bad_request(cat(param, ": ", p, " is outside the directory the server allows (--allow-file-dir)"), param,
                   "file_url_refused");
-    if (!std::filesystem::is_regular_file(real, ec)) bad_request(cat(param, ": ", p, " is not a file"), param,
-                                                                 "invalid_image_url");
+    if (!std::filesystem::is_regular_file(real, ec))
+      bad_request(cat(param, ": ", p, " is not a file"), param, "invalid_image_url");
     return ImageSource::file(real);
   }
   if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0)
-    bad_request(cat(param, ": this server does not fetch images from the network; send the image as a "
-                           "data: URL (data:image/png;base64,...)"),
+    bad_request(cat(param,
+                    ": this server does not fetch images from the network; send the image as a "
+                    "data: URL (data:image/png;base64,...)"),
                 param, "remote_image_refused");
   bad_request(cat(param, ": unsupported image URL (a data: URL with base64, or file:// under --allow-file-dir)"), param,
               "invalid_image_url");
@@ -127,13 +129,15 @@ Message parse_message(const json& m, const std::string& at, const RequestLimits&
         wrong_type(pat + ".text", "a string", part.value("text", json()));
       out.content.push_back(ContentPart::text_part(part.at("text").get<std::string>()));
     } else if (type == "image_url") {
-      if (out.role != "user")
-        bad_request(cat(pat, ": images are taken in user messages only"), pat, "invalid_value");
+      if (out.role != "user") bad_request(cat(pat, ": images are taken in user messages only"), pat, "invalid_value");
       const json iu = part.value("image_url", json());
       std::string url;
-      if (iu.is_string()) url = iu.get<std::string>();
-      else if (iu.is_object() && iu.contains("url") && iu.at("url").is_string()) url = iu.at("url").get<std::string>();
-      else wrong_type(pat + ".image_url", "an object with a string 'url'", iu);
+      if (iu.is_string())
+        url = iu.get<std::string>();
+      else if (iu.is_object() && iu.contains("url") && iu.at("url").is_string())
+        url = iu.at("url").get<std::string>();
+      else
+        wrong_type(pat + ".image_url", "an object with a string 'url'", iu);
       if (++images > limits.max_images)
         bad_request(cat("too many images: this server takes at most ", limits.max_images, " per request"), pat,
                     "too_many_images");
@@ -169,8 +173,8 @@ ChatRequest parse_chat_request(std::string_view body_text, const SamplingParams&
   }
   json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded()) bad_request("the request body is not valid JSON", "", "invalid_json");
-  if (!body.is_object()) bad_request(cat("the request body must be a JSON object, got ", type_name(body)), "",
-                                     "invalid_type");
+  if (!body.is_object())
+    bad_request(cat("the request body must be a JSON object, got ", type_name(body)), "", "invalid_type");
   ChatRequest r;
   if (present(body, "model")) {
     if (!body.at("model").is_string()) wrong_type("model", "a string", body.at("model"));
@@ -220,7 +224,8 @@ ChatRequest parse_chat_request(std::string_view body_text, const SamplingParams&
     s.top_k = static_cast<std::int32_t>(k < 0 ? 0 : k);  // -1: off, as vLLM and llama.cpp take it
   }
   if (present(body, "min_p")) s.min_p = static_cast<float>(number(body, "min_p", 0, 1));
-  if (present(body, "presence_penalty")) s.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2, 2));
+  if (present(body, "presence_penalty"))
+    s.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2, 2));
   if (present(body, "frequency_penalty"))
     s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2, 2));
   if (present(body, "repetition_penalty"))

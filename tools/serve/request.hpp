@@ -25,7 +25,7 @@ struct ChatRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::int64_t images = 0;
-  std::string model;           // as the client named it ("" if absent)
+  std::string model;  // as the client named it ("" if absent)
 };
 
 // The JSON body -> a request; `defaults` are the plan's sampling parameters,

@@ -9,9 +9,7 @@ namespace qhx::serve {
 
 using nlohmann::json;
 
-std::string finish_reason(qhx::StopReason stop) {
-  return stop == qhx::StopReason::MaxNewTokens ? "length" : "stop";
-}
+std::string finish_reason(qhx::StopReason stop) { return stop == qhx::StopReason::MaxNewTokens ? "length" : "stop"; }
 
 json usage_json(const GenerationResult& r, double queue_ms) {
   const auto& t = r.timings;
@@ -42,16 +40,16 @@ json usage_json(const GenerationResult& r, double queue_ms) {
 json completion_json(const Completion& c, const GenerationResult& r, double queue_ms) {
   json message = {{"role", "assistant"}, {"content", r.text}};
   if (!r.reasoning.empty()) message["reasoning_content"] = r.reasoning;
-  return {{"id", c.id},
-          {"object", "chat.completion"},
-          {"created", c.created},
-          {"model", c.model},
-          {"system_fingerprint", "qhexrt"},
-          {"choices", json::array({{{"index", 0},
-                                    {"message", message},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason(r.stop)}}})},
-          {"usage", usage_json(r, queue_ms)}};
+  return {
+      {"id", c.id},
+      {"object", "chat.completion"},
+      {"created", c.created},
+      {"model", c.model},
+      {"system_fingerprint", "qhexrt"},
+      {"choices",
+       json::array(
+           {{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r.stop)}}})},
+      {"usage", usage_json(r, queue_ms)}};
 }
 
 json chunk_json(const Completion& c, json delta, const std::string& finish) {

@@ -14,7 +14,7 @@
 namespace qhx::serve {
 
 struct Completion {
-  std::string id;       // "chatcmpl-..."
+  std::string id;  // "chatcmpl-..."
   std::int64_t created = 0;
   std::string model;
 };

@@ -57,7 +57,9 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
 
   auto& s = *http_;
   const std::size_t threads = config_.http_threads ? config_.http_threads : config_.max_queue + 8;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.new_task_queue = [threads] {
+    return new httplib::ThreadPool(threads);
+  };
   s.set_read_timeout(config_.read_timeout_s, 0);
   s.set_write_timeout(config_.write_timeout_s, 0);
   s.set_keep_alive_timeout(config_.keep_alive_timeout_s);
@@ -78,33 +80,36 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
   });
   // Statuses httplib sets itself (404, 413, a request it cannot parse) get an error body too.
   const std::size_t body_mb = config_.max_body_mb;
-  s.set_error_handler(httplib::Server::HandlerWithResponse([body_mb](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e{res.status, "", "", ""};
-    switch (res.status) {
-      case 404: e.message = "no such route"; e.code = "not_found"; break;
-      case 413:
-        e.message = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0
-                        ? "the request body is too large for a form-encoded body (8 KB): send it as "
-                          "Content-Type: application/json"
-                        : cat("the request body is over the server's limit of ", body_mb, " MB (--max-body-mb)");
-        e.code = "request_too_large";
-        break;
-      case 414: e.message = "the request URI is too long"; break;
-      case 400: e.message = "the HTTP request could not be read"; break;
-      default: e.message = cat("HTTP ", res.status); break;
-    }
-    res.set_content(dump(e.to_json()), kJson);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([body_mb](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e{res.status, "", "", ""};
+        switch (res.status) {
+          case 404:
+            e.message = "no such route";
+            e.code = "not_found";
+            break;
+          case 413:
+            e.message = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0
+                            ? "the request body is too large for a form-encoded body (8 KB): send it as "
+                              "Content-Type: application/json"
+                            : cat("the request body is over the server's limit of ", body_mb, " MB (--max-body-mb)");
+            e.code = "request_too_large";
+            break;
+          case 414: e.message = "the request URI is too long"; break;
+          case 400: e.message = "the HTTP request could not be read"; break;
+          default: e.message = cat("HTTP ", res.status); break;
+        }
+        res.set_content(dump(e.to_json()), kJson);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   s.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     ApiError e{500, "internal error", "", "internal_error"};
     try {
       if (ep) std::rethrow_exception(ep);
     } catch (const std::exception& x) {
       e.message = cat("internal error: ", x.what());
-    } catch (...) {
-    }
+    } catch (...) {}
     send_error(res, e);
   });
 
@@ -128,7 +133,9 @@ Server::Server(Pipeline& pipeline, ServerConfig config)
     res.set_content(dump(j), kJson);
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const json j = {{"status", "ok"}, {"model", config_.model_id}, {"queue_depth", queue_.depth()},
+    const json j = {{"status", "ok"},
+                    {"model", config_.model_id},
+                    {"queue_depth", queue_.depth()},
                     {"generating", queue_.generating()}};
     res.set_content(dump(j), kJson);
   });
@@ -189,9 +196,10 @@ bool Server::authorized(const httplib::Request& req, httplib::Response& res) con
                   secrets_equal(std::string_view(header).substr(prefix.size()), config_.api_key);
   if (ok) return true;
   res.set_header("WWW-Authenticate", "Bearer");
-  send_error(res, ApiError{401, header.empty() ? "no API key: send the header 'Authorization: Bearer KEY'"
-                                               : "incorrect API key",
-                           "", "invalid_api_key"});
+  send_error(
+      res,
+      ApiError{401, header.empty() ? "no API key: send the header 'Authorization: Bearer KEY'" : "incorrect API key",
+               "", "invalid_api_key"});
   return false;
 }
 
@@ -219,9 +227,10 @@ void Server::chat(const httplib::Request& req, httplib::Response& res) {
     case ModelQueue::Admit::full:
       metrics_.rejected_queue_full();
       res.set_header("Retry-After", std::to_string(config_.retry_after_s));
-      throw ApiException(ApiError{503, cat("the server is busy: ", config_.max_queue,
-                                           " requests are already waiting (--max-queue); retry later"),
-                                  "", "queue_full"});
+      throw ApiException(ApiError{
+          503,
+          cat("the server is busy: ", config_.max_queue, " requests are already waiting (--max-queue); retry later"),
+          "", "queue_full"});
     case ModelQueue::Admit::draining:
       res.set_header("Retry-After", std::to_string(config_.retry_after_s));
       throw ApiException(ApiError{503, "the server is shutting down", "", "shutting_down"});
@@ -236,7 +245,9 @@ void Server::chat(const httplib::Request& req, httplib::Response& res) {
   {
     const PeerSocket peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     std::unique_lock<std::mutex> lock(job->mutex);
-    const auto ready = [&] { return job->done || (stream && !job->pieces.empty()); };
+    const auto ready = [&] {
+      return job->done || (stream && !job->pieces.empty());
+    };
     while (!job->changed.wait_for(lock, std::chrono::milliseconds(kPeerPollMs), ready))
       if (!job->cancel && peer.closed()) job->cancel = true;
     if (job->done && job->error) {

@@ -24,7 +24,7 @@ namespace qhx::serve {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port
+  int port = 8080;      // 0: any free port
   std::string api_key;  // "" = no authentication
   std::string model_id;
   std::size_t max_queue = 16;
@@ -35,7 +35,7 @@ struct ServerConfig {
   std::optional<std::filesystem::path> allow_file_dir;
   int read_timeout_s = 30, write_timeout_s = 15, keep_alive_timeout_s = 5;
   int retry_after_s = 2;
-  int send_buffer_kb = 64;  // SO_SNDBUF of the connections (0: the kernel's autotuning)
+  int send_buffer_kb = 64;     // SO_SNDBUF of the connections (0: the kernel's autotuning)
   std::int64_t speculate = 0;  // n-gram draft length of every answer (GenerationOptions::speculate)
 };
 
@@ -44,7 +44,7 @@ class Server {
   Server(Pipeline& pipeline, ServerConfig config);
   ~Server();
 
-  int bind();   // returns the port bound; throws qhx::Error when it cannot
+  int bind();     // returns the port bound; throws qhx::Error when it cannot
   bool listen();  // serves until stop(); false if the server could not run
   // SIGTERM: refuse what is queued, let the running generation finish within
   // `grace` (then cancel it), answer what is in flight, and make listen() return.

@@ -120,9 +120,9 @@ HWY_INLINE std::int32_t DotI8(const std::int16_t* qq, const std::int8_t* k, std:
   return s;
 }
 #else
-using DI32 = hn::RebindToSigned<DF>;                 // the f32 lanes' count of int32
-using DI16 = hn::Repartition<std::int16_t, DI32>;    // twice as many int16
-using DI8 = hn::Rebind<std::int8_t, DI16>;           // as many int8, widened to DI16
+using DI32 = hn::RebindToSigned<DF>;               // the f32 lanes' count of int32
+using DI16 = hn::Repartition<std::int16_t, DI32>;  // twice as many int16
+using DI8 = hn::Rebind<std::int8_t, DI16>;         // as many int8, widened to DI16
 using VI32 = hn::Vec<DI32>;
 
 // Σ_c qq[c] · k_j[c] of one key row, as partial sums in the lanes (exact int32).
@@ -285,7 +285,6 @@ void AttentionTasksT(const float* q, const Rows& k, const Rows& v, std::int64_t 
   }
 }
 
-
 // One key row's products with HB query heads (qv: their rows, NV vectors each)
 // as one partial-sum vector per head: two chains of products, so a row's dot
 // product waits on half as many FMAs, then added.
@@ -356,8 +355,8 @@ HWY_INLINE void ScoresDense(const float* q, const Rows& k, std::int64_t kvh, std
 // being loaded and stored per key. p: HB · n floats.
 template <int HB, int NV, class Rows>
 void AttentionGroup(const float* q, const Rows& k, const Rows& v, std::int64_t n, std::int64_t hq, std::int64_t hkv,
-                    std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0,
-                    float* p, bool prefetch) {
+                    std::int64_t start, float scale, bool causal, float* out, std::int64_t i, std::int64_t h0, float* p,
+                    bool prefetch) {
   using T = typename Rows::Elem;
   const DF df;
   const std::int64_t N = lanes();
@@ -465,8 +464,8 @@ void AttentionRowsF16(bool grouped, const float* q, const F16* k, const F16* v, 
 void AttentionRowsI8(bool grouped, const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t,
                      std::int64_t n, std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d,
                      std::int64_t start, float scale, float* out, std::int64_t b, std::int64_t e, float* p) {
-  AttentionRowsT(grouped, q, I8Rows{k, ctx, d}, I8Rows{v, ctx, d}, t, n, hq, hkv, d, start, scale, /*causal=*/true,
-                 out, b, e, p);
+  AttentionRowsT(grouped, q, I8Rows{k, ctx, d}, I8Rows{v, ctx, d}, t, n, hq, hkv, d, start, scale, /*causal=*/true, out,
+                 b, e, p);
 }
 
 // ---- blocked attention (many queries: prefill, vision) ----------------------
@@ -482,8 +481,8 @@ bool BlockedAttentionFits(std::int64_t d) { return d % (4 * lanes()) == 0 && d <
 // kt [hkv, d, ldk] = k [n, hkv, d] transposed per KV head (columns >= n zero),
 // vh [hkv, n, d] = v with each head's rows made contiguous (in v they lie
 // hkv·d floats apart, a page apart for typical sizes: slow to stream).
-void PackKeysValues(const float* k, const float* v, std::int64_t n, std::int64_t hkv, std::int64_t d,
-                    std::int64_t ldk, float* kt, float* vh, std::int64_t h0, std::int64_t h1) {
+void PackKeysValues(const float* k, const float* v, std::int64_t n, std::int64_t hkv, std::int64_t d, std::int64_t ldk,
+                    float* kt, float* vh, std::int64_t h0, std::int64_t h1) {
   for (std::int64_t h = h0; h < h1; ++h) {
     for (std::int64_t c = 0; c < d; ++c) {
       float* row = kt + (h * d + c) * ldk;
@@ -607,15 +606,15 @@ void attention_per_query(const float* q, const T* k, const T* v, std::int64_t t,
     thread_local std::vector<float> p;  // grows to the largest context, then is reused
     if (p.size() < static_cast<std::size_t>(2 * std::max<std::int64_t>(n, 1)))
       p.resize(static_cast<std::size_t>(2 * std::max<std::int64_t>(n, 1)));
-    if constexpr (std::is_same_v<T, float>)
-      HWY_DYNAMIC_DISPATCH(AttentionRows)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e,
-                                          p.data());
-    else if constexpr (std::is_same_v<T, std::int8_t>)
-      HWY_DYNAMIC_DISPATCH(AttentionRowsI8)(grouped, q, k, v, t, n, ctx, hq, hkv, d, start, scale, out, b, e,
-                                            p.data());
-    else
-      HWY_DYNAMIC_DISPATCH(AttentionRowsF16)(grouped, q, k, v, t, n, ctx, hq, hkv, d, start, scale, causal, out, b,
-                                             e, p.data());
+    float* const scratch = p.data();
+    if constexpr (std::is_same_v<T, float>) {
+      HWY_DYNAMIC_DISPATCH(AttentionRows)(grouped, q, k, v, t, n, hq, hkv, d, start, scale, causal, out, b, e, scratch);
+    } else if constexpr (std::is_same_v<T, std::int8_t>) {
+      HWY_DYNAMIC_DISPATCH(AttentionRowsI8)(grouped, q, k, v, t, n, ctx, hq, hkv, d, start, scale, out, b, e, scratch);
+    } else {
+      const auto rows = HWY_DYNAMIC_DISPATCH(AttentionRowsF16);
+      rows(grouped, q, k, v, t, n, ctx, hq, hkv, d, start, scale, causal, out, b, e, scratch);
+    }
   });
 }
 
@@ -645,8 +644,9 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
     parallel_for(hq * blocks, 1, [&](std::int64_t b, std::int64_t e) {
       thread_local std::vector<float> s;  // this thread's S block, 8 × ldk
       if (s.size() < static_cast<std::size_t>(8 * ldk)) s.resize(static_cast<std::size_t>(8 * ldk));
-      HWY_DYNAMIC_DISPATCH(AttentionBlocks)(q, ktp, ldk, vhp, t, n, hq, hkv, d, start, scale, causal, out, b, e,
-                                            s.data());
+      float* const scores = s.data();
+      const auto blocks_of_queries = HWY_DYNAMIC_DISPATCH(AttentionBlocks);
+      blocks_of_queries(q, ktp, ldk, vhp, t, n, hq, hkv, d, start, scale, causal, out, b, e, scores);
     });
     return;
   }
@@ -654,15 +654,15 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
 }
 
 void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
-                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                     bool causal, float* out) {
-  attention_per_query(q, reinterpret_cast<const hwy::float16_t*>(k), reinterpret_cast<const hwy::float16_t*>(v), t,
-                      n, hq, hkv, d, start, scale, causal, out, ctx);
+                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                     float scale, bool causal, float* out) {
+  attention_per_query(q, reinterpret_cast<const hwy::float16_t*>(k), reinterpret_cast<const hwy::float16_t*>(v), t, n,
+                      hq, hkv, d, start, scale, causal, out, ctx);
 }
 
 void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
-                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                    float* out) {
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                    float scale, float* out) {
   if (d > kKvI8MaxHeadDim) fail("attention over the 8-bit KV cache: head size ", d, " exceeds ", kKvI8MaxHeadDim);
   attention_per_query(q, k, v, t, n, hq, hkv, d, start, scale, /*causal=*/true, out, ctx);
 }

@@ -10,10 +10,10 @@ namespace qhx::cpu::fast {
 void attention(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
                std::int64_t hkv, std::int64_t d, std::int64_t start, float scale, bool causal, float* out);
 void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
-                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                     bool causal, float* out);
+                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                     float scale, bool causal, float* out);
 void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
-                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                    float* out);
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                    float scale, float* out);
 
 }  // namespace qhx::cpu::fast

@@ -32,9 +32,8 @@ std::string expected_str(Layout layout, std::int64_t rows, std::int64_t stored_c
 // `what` says which format fixed stored_cols, for the message ("" for float formats).
 void check_stored_shape(const TensorView& t, const std::string& name, std::int64_t rows, std::int64_t cols,
                         std::int64_t stored_cols, Layout layout, const char* what) {
-  const bool ok = layout == Layout::Exact
-                      ? t.shape == std::vector<std::int64_t>{rows, stored_cols}
-                      : !t.shape.empty() && t.shape[0] == rows && t.numel() == rows * stored_cols;
+  const bool ok = layout == Layout::Exact ? t.shape == std::vector<std::int64_t>{rows, stored_cols}
+                                          : !t.shape.empty() && t.shape[0] == rows && t.numel() == rows * stored_cols;
   if (ok) return;
   if (*what == '\0') {
     if (layout == Layout::Exact)
@@ -53,7 +52,8 @@ const float* scales_of(const Checkpoint& ckpt, const std::string& name, const ch
   if (s == nullptr)
     fail("tensor ", name, ": a ", what, " matrix needs its scales in tensor ", sname, ", which the checkpoint lacks");
   if (s->dtype != DType::F32)
-    fail("tensor ", sname, ": dtype ", dtype_name(s->dtype), " is not F32 (the scales of ", what, " matrix ", name, ")");
+    fail("tensor ", sname, ": dtype ", dtype_name(s->dtype), " is not F32 (the scales of ", what, " matrix ", name,
+         ")");
   if (s->shape != shape)
     fail("tensor ", sname, ": shape ", shape_str(s->shape), " does not match ", shape_str(shape), " (", layout,
          " scales of ", what, " matrix ", name, ")");
@@ -79,11 +79,11 @@ constexpr const char* kPanelFile = "the weights file";
 WeightMatrix panel_matrix(const Checkpoint& ckpt, const std::string& name, std::int64_t rows, std::int64_t cols) {
   const auto s = find_stored_panels(ckpt, kPanelFile, name, rows, cols);
   if (!s) fail("tensor ", name, ": the checkpoint has neither it nor its panel form ", name, ".panels");
-  if (reinterpret_cast<std::uintptr_t>(s->panels) % 64 != 0 || reinterpret_cast<std::uintptr_t>(s->row_sums) % 64 != 0 ||
-      reinterpret_cast<std::uintptr_t>(s->scales) % 64 != 0)
+  if (reinterpret_cast<std::uintptr_t>(s->panels) % 64 != 0 ||
+      reinterpret_cast<std::uintptr_t>(s->row_sums) % 64 != 0 || reinterpret_cast<std::uintptr_t>(s->scales) % 64 != 0)
     fail("tensor ", name, ".panels: the panel form is not 64-byte aligned in its file, so it cannot be used in place");
-  WeightMatrix w = WeightMatrix::w8(static_cast<const std::int8_t*>(s->panels), static_cast<const float*>(s->scales),
-                                    rows, cols);
+  WeightMatrix w =
+      WeightMatrix::w8(static_cast<const std::int8_t*>(s->panels), static_cast<const float*>(s->scales), rows, cols);
   w.panel_form = true;
   w.panel_row_sums = static_cast<const std::int32_t*>(s->row_sums);
   return w;
@@ -150,9 +150,7 @@ std::vector<float> vector_weight(const Checkpoint& ckpt, const std::string& name
   for (std::int64_t i = 0; i < n; ++i) {
     std::uint16_t h = 0;
     switch (t.dtype) {
-      case DType::F32:
-        std::memcpy(&out[static_cast<std::size_t>(i)], t.data + i * 4, 4);
-        break;
+      case DType::F32: std::memcpy(&out[static_cast<std::size_t>(i)], t.data + i * 4, 4); break;
       case DType::BF16:
         std::memcpy(&h, t.data + i * 2, 2);
         out[static_cast<std::size_t>(i)] = bf16_to_f32(h);
@@ -161,8 +159,7 @@ std::vector<float> vector_weight(const Checkpoint& ckpt, const std::string& name
         std::memcpy(&h, t.data + i * 2, 2);
         out[static_cast<std::size_t>(i)] = f16_to_f32(h);
         break;
-      default:
-        fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not supported here (F32, BF16 or F16)");
+      default: fail("tensor ", name, ": dtype ", dtype_name(t.dtype), " is not supported here (F32, BF16 or F16)");
     }
   }
   return out;

@@ -22,7 +22,8 @@ void register_cpu_backend() {
   register_backend_configurator("cpu", [](const nlohmann::json& settings) {
     for (const auto& [key, value] : settings.items()) {
       if (key != "threads") fail("backend \"cpu\" has no setting \"", key, "\" (it takes threads)");
-      if (!value.is_number_integer() || value.get<int>() < 1) fail("backend \"cpu\": threads must be a positive integer");
+      if (!value.is_number_integer() || value.get<int>() < 1)
+        fail("backend \"cpu\": threads must be a positive integer");
       cpu::set_threads(value.get<int>());
     }
   });

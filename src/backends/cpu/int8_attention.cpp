@@ -38,8 +38,8 @@ void gather(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t s
 // K of one head as int8 rows [n, d] and V as int8 channels [d, n] (V transposed),
 // each with its scales, by quantize_rows_q8's rule (signed: offset 0).
 struct QuantizedKV {
-  std::vector<std::uint8_t> qk, qv;  // int8 bytes
-  std::vector<float> sk, sv;         // [n], [d]
+  std::vector<std::uint8_t> qk, qv;    // int8 bytes
+  std::vector<float> sk, sv;           // [n], [d]
   std::vector<float> rows, amax, inv;  // scratch: [n, d], [d], [d]
 };
 
@@ -80,13 +80,13 @@ void quantize_kv(const float* k, const float* v, std::int64_t n, std::int64_t d,
 
 // One thread's buffers for attention_i8 (sizes in elements).
 struct Scratch {
-  std::vector<float> qrows;       // [block, d]: a block of one head's query rows
-  std::vector<std::uint8_t> qq;   // [block, ldq]: quantized
+  std::vector<float> qrows;      // [block, d]: a block of one head's query rows
+  std::vector<std::uint8_t> qq;  // [block, ldq]: quantized
   float sq[kAttentionBlock], sx[kAttentionBlock], inv[kAttentionBlock];
-  LineFloats s;                   // S [block, lds]
-  std::vector<std::uint8_t> p;    // P [block, ldp]
+  LineFloats s;                 // S [block, lds]
+  std::vector<std::uint8_t> p;  // P [block, ldp]
   QuantizedKV kv;
-  PackedI8 kp, vp;                // K [n, d] and V [d, n] packed
+  PackedI8 kp, vp;  // K [n, d] and V [d, n] packed
   void grow(std::int64_t nq, std::int64_t nqq, std::int64_t ns, std::int64_t np) {
     if (qrows.size() < static_cast<std::size_t>(nq)) qrows.resize(static_cast<std::size_t>(nq));
     if (qq.size() < static_cast<std::size_t>(nqq)) qq.resize(static_cast<std::size_t>(nqq));

@@ -115,7 +115,8 @@ void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, c
   }
 }
 
-const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row, nullptr, 1, 1};
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row,
+                           nullptr,    1,  1};
 
 }  // namespace
 
@@ -123,7 +124,8 @@ const Int8Kernel& int8_kernel_portable() { return kPortable; }
 
 std::vector<const Int8Kernel*> int8_kernels_available() {
   std::vector<const Int8Kernel*> out{&kPortable};
-  for (const Int8Kernel* k : {int8_kernel_amx(), int8_kernel_avx512vnni(), int8_kernel_avx2(), int8_kernel_neon_dotprod()})
+  for (const Int8Kernel* k :
+       {int8_kernel_amx(), int8_kernel_avx512vnni(), int8_kernel_avx2(), int8_kernel_neon_dotprod()})
     if (k != nullptr) out.push_back(k);
   return out;
 }
@@ -209,7 +211,8 @@ std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel&
 }
 
 void shape_i8(std::int64_t rows, std::int64_t cols, const Int8Kernel& kernel, PackedI8& out) {
-  if (cols > kInt8MaxCols) fail("pack_i8: ", cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
+  if (cols > kInt8MaxCols)
+    fail("pack_i8: ", cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
   const int P = kernel.panel;
   const bool reuse =
       out.data != nullptr && out.bits == 8 && out.kernel == &kernel && out.rows == rows && out.cols == cols;
@@ -286,7 +289,7 @@ void group_sums(const std::uint8_t* q, std::int64_t groups, std::int32_t* sums) 
 void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y,
                       const BlockStep* step) {
   const Int8Kernel& k = *w.kernel;
-  const int offset = w.bits == 4 ? 0 : k.offset;  // w4 kernels take signed activations
+  const int offset = w.bits == 4 ? 0 : k.offset;       // w4 kernels take signed activations
   const std::int64_t ldq = (w.k4 * 4 + 63) / 64 * 64;  // rows start on cache lines
   // Grows to the largest call once (the prefill chunk), then is reused: the
   // decode loop allocates nothing here.
@@ -336,7 +339,8 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
     // thread at least, so a share is worth a hand-off. A verify step's few rows
     // read each panel once too, and stream the same way (pieces of L2 blocks,
     // below, broke each thread's stream into jumps).
-    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, w.cols * w.panel));
+    const std::int64_t grain =
+        std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, w.cols * w.panel));
     parallel_for_balanced(w.panels, grain, 1, panels);
     return;
   }
@@ -345,7 +349,8 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
   // free (thread_pool.hpp: parallel_for_pieces).
   const std::int64_t panel_bytes = w.bits == 4 ? w.groups * 256 : w.k4 * w.panel * 4;
   const std::int64_t tile = std::max(1, w.bits == 4 ? k.tile_panels_w4 : k.tile_panels);
-  const std::int64_t piece = std::max<std::int64_t>(tile, (std::int64_t{256} << 10) / std::max<std::int64_t>(1, panel_bytes) / tile * tile);
+  const std::int64_t piece =
+      std::max<std::int64_t>(tile, (std::int64_t{256} << 10) / std::max<std::int64_t>(1, panel_bytes) / tile * tile);
   parallel_for_pieces(w.panels, piece, panels);
 }
 

@@ -61,7 +61,7 @@ struct PackedI8 {
   std::int64_t panels = 0;          // ceil(rows / panel)
   int panel = 0;                    // rows per panel (the kernel's P)
   const Int8Kernel* kernel = nullptr;
-  std::shared_ptr<std::int8_t> data;  // [panels, k4, panel, 4], 64-byte aligned
+  std::shared_ptr<std::int8_t> data;       // [panels, k4, panel, 4], 64-byte aligned
   std::shared_ptr<std::int32_t> row_sums;  // [panels · panel]: Σ_k qw[r, k] (for offset activations)
   std::shared_ptr<float> scales;           // w8: [panels · panel]: sw_r, 0 past the last row;
                                            // w4: [panels, groups, panel]: sw[r, g], 0 past the last row
@@ -70,8 +70,8 @@ struct PackedI8 {
   // the same [panels, groups, panel] in 16 bits, so decode streams 4.5 bits per
   // weight instead of 5. The values, and so the contract's results, are identical.
   std::shared_ptr<std::uint16_t> scales_bf16;
-  int bits = 8;                            // 8: w8 layout; 4: w4 layout (above)
-  std::int64_t groups = 0;                 // w4: cols / 32
+  int bits = 8;             // 8: w8 layout; 4: w4 layout (above)
+  std::int64_t groups = 0;  // w4: cols / 32
 };
 
 // A w4 matrix's packed scales in the form they are kept: w4_scales(w, (const S*)

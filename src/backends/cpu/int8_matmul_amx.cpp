@@ -127,8 +127,8 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
     configure_tiles();
     for_each_tile(m_tiles, p0, p1, w.k4 * kP * 4, 2 * kRows, 2,
                   [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-      kTiles[mr / kRows - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
-    });
+                    kTiles[mr / kRows - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+                  });
     _tile_release();  // so the thread's saved state is small again between products
   }
   if (m_tiles < m)
@@ -173,8 +173,9 @@ const Int8Kernel* int8_kernel_amx() {
     const Int8Kernel* vnni = int8_kernel_avx512vnni();
     if (vnni == nullptr || !amx_usable()) return nullptr;
     g_vnni = vnni;
-    static const Int8Kernel amx{"amx", kP, vnni->offset, gemm, vnni->gemm_w4, vnni->quantize, vnni->softmax_q8,
-                                  vnni->pack_kv, 2, vnni->tile_panels_w4};
+    static const Int8Kernel amx{
+        "amx",         kP, vnni->offset,        gemm, vnni->gemm_w4, vnni->quantize, vnni->softmax_q8,
+        vnni->pack_kv, 2,  vnni->tile_panels_w4};
     return &amx;
   }();
   return k;

@@ -131,9 +131,10 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
     for (std::int64_t p = p0; p < p1; ++p) panel_m1(q, sx, w, bias, y, p);
     return;
   }
-  for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, 1, [&](std::int64_t mr, std::int64_t, std::int64_t p, std::int64_t i0) {
-    kTiles[mr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
-  });
+  for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, 1,
+                [&](std::int64_t mr, std::int64_t, std::int64_t p, std::int64_t i0) {
+                  kTiles[mr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+                });
 }
 
 }  // namespace

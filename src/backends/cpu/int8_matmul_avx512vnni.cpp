@@ -40,7 +40,6 @@
 namespace qhx::cpu {
 namespace {
 
-
 // How far ahead of its loads a tile that streams its panels from memory
 // (decode, a verify step) prefetches each of them (into L1): far enough for the
 // load to arrive, near enough not to evict what the tile still reads (chosen with
@@ -50,7 +49,6 @@ constexpr std::int64_t kDecodePrefetchBytes = 3072;
 constexpr int kP = 16;  // outputs per panel: one zmm of int32
 constexpr int kMaxMR = 8;
 constexpr int kMaxNR = 3;
-
 
 // y rows [i0, i0 + MR) × panels [p, p + NR) from the finished int32 sums
 // (the offset's excess already taken off: they are Σ q·qw).
@@ -81,14 +79,14 @@ __attribute__((always_inline)) inline void epilogue(const __m512i (&acc)[MR][NR]
 // The accumulators start at −128 · Σ_k qw (the offset activations' excess), so
 // the epilogue has one integer subtraction less per output.
 #define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
-#define QHX_ROW(i)                                          \
-  if constexpr (MR > (i)) {                                 \
-    std::int32_t a4;                                        \
-    std::memcpy(&a4, a0 + (i) * ldq + 4 * g, 4);            \
-    const __m512i a = _mm512_set1_epi32(a4);                \
-    QHX_DP(c##i##0, a, b0v);                                \
-    if constexpr (NR > 1) QHX_DP(c##i##1, a, b1v);          \
-    if constexpr (NR > 2) QHX_DP(c##i##2, a, b2v);          \
+#define QHX_ROW(i)                                 \
+  if constexpr (MR > (i)) {                        \
+    std::int32_t a4;                               \
+    std::memcpy(&a4, a0 + (i)*ldq + 4 * g, 4);     \
+    const __m512i a = _mm512_set1_epi32(a4);       \
+    QHX_DP(c##i##0, a, b0v);                       \
+    if constexpr (NR > 1) QHX_DP(c##i##1, a, b1v); \
+    if constexpr (NR > 2) QHX_DP(c##i##2, a, b2v); \
   }
 
 // Stream: the tile is the first of its block of panels (row 0), so its panels
@@ -154,7 +152,8 @@ void quantize(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, 
     std::uint8_t* qr = q + i * ldq;
     __m512 vmax = _mm512_setzero_ps();
     for (std::int64_t c = 0; c < k; c += 16) {
-      const __mmask16 mask = k - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - c)) - 1u);
+      const __mmask16 mask =
+          k - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - c)) - 1u);
       const __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, xr + c));
       vmax = _mm512_max_ps(v, vmax);  // returns vmax when v is NaN
     }
@@ -162,7 +161,8 @@ void quantize(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, 
     scales[i] = amax / 127.0f;
     const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
     for (std::int64_t c = 0; c < k; c += 16) {
-      const __mmask16 mask = k - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - c)) - 1u);
+      const __mmask16 mask =
+          k - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - c)) - 1u);
       const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, xr + c), inv);
       __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);  // NaN -> 0
@@ -336,8 +336,8 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
           const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
   for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-    (i0 == 0 ? kTiles<true> : kTiles<false>)[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
-  });
+                  (i0 == 0 ? kTiles<true> : kTiles<false>)[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+                });
 }
 
 // ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
@@ -416,9 +416,8 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
 // while the arithmetic per weight byte is this small. Named accumulators and
 // one-instruction asm keep GCC from spilling them (see tile).
 template <class S>
-__attribute__((always_inline)) inline void panel_w4_m1(const std::uint8_t* q, const float* sx,
-                                                       const std::int32_t* xsum, const PackedI8& w,
-                                                       const float* bias, float* y, std::int64_t p) {
+__attribute__((always_inline)) inline void panel_w4_m1(const std::uint8_t* q, const float* sx, const std::int32_t* xsum,
+                                                       const PackedI8& w, const float* bias, float* y, std::int64_t p) {
   const std::int64_t G = w.groups;
   const auto* b = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * 256;
   const S* sp = w4_scales(w, static_cast<const S*>(nullptr)) + p * G * kP;
@@ -440,8 +439,8 @@ __attribute__((always_inline)) inline void panel_w4_m1(const std::uint8_t* q, co
     }
     const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(lo, lo2), _mm512_srai_epi32(_mm512_add_epi32(hi, hi2), 4));
     const __m512i corr = _mm512_set1_epi32(8 * xsum[g]);
-    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr)),
-                        _mm512_mul_ps(si, load_w4_scales(sp + g * kP)), f);
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr)), _mm512_mul_ps(si, load_w4_scales(sp + g * kP)),
+                        f);
   }
   const std::int64_t r0 = p * kP;
   const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
@@ -462,17 +461,17 @@ constexpr TileW4Fn kW4Tiles[kW4MaxMR][kW4MaxNR] = {{tile_w4<S, 1, 1>, tile_w4<S,
                                                    {tile_w4<S, 4, 1>, tile_w4<S, 4, 2>}};
 
 template <class S>
-void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
-                    const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
-                    std::int64_t p0, std::int64_t p1) {
+void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+                    const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0,
+                    std::int64_t p1) {
   if (m == 1) {  // decode: one panel after another, one sequential stream
     for (std::int64_t p = p0; p < p1; ++p) panel_w4_m1<S>(q, sx, xsum, w, bias, y, p);
     return;
   }
   for_each_tile(m, p0, p1, w.groups * 256, kW4MaxMR, kW4MaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-    kW4Tiles<S>[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
-  });
+                  kW4Tiles<S>[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                });
 }
 
 void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,

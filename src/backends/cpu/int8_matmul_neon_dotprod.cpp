@@ -90,8 +90,8 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
           const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
   for_each_tile(m, p0, p1, w.k4 * kP * 4, kMaxMR, kMaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-    kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
-  });
+                  kTiles[mr - 1][nr - 1](q, ldq, sx, w, bias, y, ldy, p, i0);
+                });
 }
 
 // ---- w4 (layout in int8_matmul.hpp: 16-row panels, whatever the kernel) -----
@@ -165,16 +165,16 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
 }
 
 template <class S>
-void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
-                    const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
-                    std::int64_t p0, std::int64_t p1) {
+void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+                    const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0,
+                    std::int64_t p1) {
   for_each_tile(m, p0, p1, w.groups * 256, kW4MaxMR, 1,
                 [&](std::int64_t mr, std::int64_t, std::int64_t p, std::int64_t i0) {
-    if (mr == 2)
-      tile_w4<S, 2>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
-    else
-      tile_w4<S, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
-  });
+                  if (mr == 2)
+                    tile_w4<S, 2>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                  else
+                    tile_w4<S, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                });
 }
 
 void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,

@@ -49,8 +49,8 @@ struct KernelSet {
                          float scale, float* out);
   // Non-causal attention with int8 products (the contract of int8_attention.hpp),
   // for graphs on the int8 path; shapes as in `attention`.
-  void (*attention_i8)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n,
-                       std::int64_t hq, std::int64_t hkv, std::int64_t d, float scale, float* out);
+  void (*attention_i8)(const float* q, const float* k, const float* v, std::int64_t t, std::int64_t n, std::int64_t hq,
+                       std::int64_t hkv, std::int64_t d, float scale, float* out);
   void (*gather_rows)(const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out);
   // The repacked copy `linear` wants for a w8 matrix on the int8 path, or null
   // (it then reads the matrix as stored). Called once per matrix, at load.

@@ -89,7 +89,8 @@ struct W4Row {
     const hn::Rebind<std::uint8_t, DF> d8;
     const hn::Rebind<std::int32_t, DF> d32;
     const std::int64_t g = c >> 5, pos = c & 31;
-    const auto v = hn::BitCast(d32, hn::PromoteTo(hn::Rebind<std::uint32_t, DF>(), hn::LoadU(d8, p + g * 16 + (pos & 15))));
+    const auto v =
+        hn::BitCast(d32, hn::PromoteTo(hn::Rebind<std::uint32_t, DF>(), hn::LoadU(d8, p + g * 16 + (pos & 15))));
     const auto q = pos < 16 ? hn::ShiftRight<28>(hn::ShiftLeft<28>(v)) : hn::ShiftRight<28>(hn::ShiftLeft<24>(v));
     return hn::Mul(hn::ConvertTo(df, q), hn::Set(df, s[g]));
   }
@@ -179,12 +180,14 @@ void LinearRows(const float* x, std::int64_t m, const WeightMatrix& w, const flo
     case DType::U8: {
       const auto* d = static_cast<const std::uint8_t*>(w.data);
       const std::int64_t groups = n / kW4GroupSize;
-      LinearRowsT([&](std::int64_t r) { return W4Row{d + r * (n / 2), w.scales + r * groups}; }, x, m, w.rows, n,
-                  bias, y, r0, r1);
+      LinearRowsT(
+          [&](std::int64_t r) {
+            return W4Row{d + r * (n / 2), w.scales + r * groups};
+          },
+          x, m, w.rows, n, bias, y, r0, r1);
       return;
     }
-    default:
-      return;  // rejected by the caller
+    default: return;  // rejected by the caller
   }
 }
 
@@ -218,8 +221,8 @@ void RmsNormRows(const float* x, const float* w, std::int64_t n, float eps, floa
   }
 }
 
-void LayerNormRows(const float* x, const float* w, const float* b, std::int64_t n, float eps, float* y,
-                   std::int64_t r0, std::int64_t r1) {
+void LayerNormRows(const float* x, const float* w, const float* b, std::int64_t n, float eps, float* y, std::int64_t r0,
+                   std::int64_t r1) {
   const DF df;
   const std::int64_t N = lanes();
   for (std::int64_t r = r0; r < r1; ++r) {
@@ -270,23 +273,29 @@ void MapRange(float* y, std::int64_t b, std::int64_t e, Op op, const In*... in) 
 void SiluMulRange(const float* gate, const float* up, float* y, std::int64_t b, std::int64_t e) {
   const DF df;
   const VF one = hn::Set(df, 1.0f), lim = hn::Set(df, 88.0f);  // exp(88) is finite in f32
-  MapRange(y, b, e, [&](VF g, VF u) {
-    const VF ex = hn::Exp(df, hn::Min(hn::Neg(g), lim));
-    return hn::Mul(hn::Div(g, hn::Add(one, ex)), u);
-  }, gate, up);
+  MapRange(
+      y, b, e,
+      [&](VF g, VF u) {
+        const VF ex = hn::Exp(df, hn::Min(hn::Neg(g), lim));
+        return hn::Mul(hn::Div(g, hn::Add(one, ex)), u);
+      },
+      gate, up);
 }
 
 void GeluTanhRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
   const DF df;
   const VF vk = hn::Set(df, std::sqrt(2.0f / std::numbers::pi_v<float>)), c = hn::Set(df, 0.044715f);
   const VF one = hn::Set(df, 1.0f), m2 = hn::Set(df, -2.0f), lim = hn::Set(df, 88.0f);
-  MapRange(y, b, e, [&](VF v) {
-    const VF inner = hn::Mul(vk, hn::MulAdd(hn::Mul(c, v), hn::Mul(v, v), v));
-    // 0.5·v·(1 + tanh(u)) = v / (1 + e^(−2u)): one Exp and a division, about half
-    // the work of Tanh; e^(−2u) is capped where it would overflow (the result is then ~0).
-    const VF ex = hn::Exp(df, hn::Min(hn::Mul(m2, inner), lim));
-    return hn::Div(v, hn::Add(one, ex));
-  }, x);
+  MapRange(
+      y, b, e,
+      [&](VF v) {
+        const VF inner = hn::Mul(vk, hn::MulAdd(hn::Mul(c, v), hn::Mul(v, v), v));
+        // 0.5·v·(1 + tanh(u)) = v / (1 + e^(−2u)): one Exp and a division, about half
+        // the work of Tanh; e^(−2u) is capped where it would overflow (the result is then ~0).
+        const VF ex = hn::Exp(df, hn::Min(hn::Mul(m2, inner), lim));
+        return hn::Div(v, hn::Add(one, ex));
+      },
+      x);
 }
 
 // erf for gelu_erf: odd, from |x| clamped to 4 (erf(4) rounds to 1 in float).
@@ -297,11 +306,11 @@ void GeluTanhRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
 VF ErfApprox(DF df, VF x) {
   const VF a = hn::Min(hn::Abs(x), hn::Set(df, 4.0f));
   const VF z = hn::Mul(a, a);
-  constexpr float kP[] = {1.12837923f,     -0.376126379f,  0.112837441f, -0.0268621445f,
-                          0.00520807551f,  -0.000822587346f, 8.73762765e-05f};
-  constexpr float kQ[] = {0.997154176f,    -1.10853446f,    0.936907887f,   -0.630260408f,
-                          0.338128746f,    -0.142579705f,   0.046244029f,   -0.0112206619f,
-                          0.0019597807f,   -0.000231833954f, 1.65840283e-05f, -5.40578469e-07f};
+  constexpr float kP[] = {1.12837923f,    -0.376126379f,    0.112837441f,   -0.0268621445f,
+                          0.00520807551f, -0.000822587346f, 8.73762765e-05f};
+  constexpr float kQ[] = {0.997154176f,  -1.10853446f,     0.936907887f,    -0.630260408f,
+                          0.338128746f,  -0.142579705f,    0.046244029f,    -0.0112206619f,
+                          0.0019597807f, -0.000231833954f, 1.65840283e-05f, -5.40578469e-07f};
   VF p = hn::Set(df, kP[6]);
   for (int i = 5; i >= 0; --i) p = hn::MulAdd(p, z, hn::Set(df, kP[i]));
   VF q = hn::Set(df, kQ[11]);
@@ -316,7 +325,8 @@ void GeluErfRange(const float* x, float* y, std::int64_t b, std::int64_t e) {
   const DF df;
   const VF r2 = hn::Set(df, static_cast<float>(1.0 / std::numbers::sqrt2)), half = hn::Set(df, 0.5f);
   const VF one = hn::Set(df, 1.0f);
-  MapRange(y, b, e, [&](VF v) { return hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(df, hn::Mul(v, r2)))); }, x);
+  MapRange(
+      y, b, e, [&](VF v) { return hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(df, hn::Mul(v, r2)))); }, x);
 }
 
 void AddRange(float* y, const float* x, std::int64_t b, std::int64_t e) {
@@ -412,8 +422,8 @@ void linear_with(const float* x, std::int64_t m, const WeightMatrix& w, const fl
     }
     return;
   }
-  const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 ||
-                     w.dtype == DType::I8 || w.dtype == DType::U8;
+  const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::I8 ||
+                     w.dtype == DType::U8;
   // (A panel-form matrix reaches here only unprepared: prepare() gives f32 activations rows.)
   if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0) || w.panel_form) {
     reference(x, m, w, bias, y, step);  // reports the bad matrix as the reference does
@@ -432,8 +442,7 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   linear_with(x, m, w, bias, y, nullptr);
 }
 
-void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
-                 BlockStep step) {
+void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y, BlockStep step) {
   linear_with(x, m, w, bias, y, &step);
 }
 
@@ -486,11 +495,15 @@ void gelu_tanh(const float* x, std::int64_t n, float* y) {
 
 // Highway has no vector erf: ErfApprox above is this project's.
 void gelu_erf(const float* x, std::int64_t n, float* y) {
-  parallel_for(n, grain_for(40), [&](std::int64_t b, std::int64_t e) { HWY_DYNAMIC_DISPATCH(GeluErfRange)(x, y, b, e); });
+  parallel_for(n, grain_for(40), [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(GeluErfRange)(x, y, b, e);
+  });
 }
 
 void add_inplace(float* y, const float* x, std::int64_t n) {
-  parallel_for(n, std::int64_t{1} << 14, [&](std::int64_t b, std::int64_t e) { HWY_DYNAMIC_DISPATCH(AddRange)(y, x, b, e); });
+  parallel_for(n, std::int64_t{1} << 14, [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(AddRange)(y, x, b, e);
+  });
 }
 
 void rope_rotate_half(float* x, std::int64_t tokens, std::int64_t heads, std::int64_t dim, const float* cos,
@@ -503,10 +516,22 @@ std::int64_t dispatched_target() { return HWY_DYNAMIC_DISPATCH(CompiledTarget)()
 }  // namespace fast
 
 const KernelSet& fast_kernels() {
-  static const KernelSet k{"fast",          fast::linear,      fast::linear_then, fast::rms_norm,  fast::layer_norm,
-                           fast::silu_mul,  fast::gelu_tanh,   fast::gelu_erf,  fast::add_inplace,
-                           fast::rope_rotate_half, fast::attention, fast::attention_f16kv, fast::to_f16, fast::attention_i8kv,
-                           fast::attention_i8, ref::gather_rows,
+  static const KernelSet k{"fast",
+                           fast::linear,
+                           fast::linear_then,
+                           fast::rms_norm,
+                           fast::layer_norm,
+                           fast::silu_mul,
+                           fast::gelu_tanh,
+                           fast::gelu_erf,
+                           fast::add_inplace,
+                           fast::rope_rotate_half,
+                           fast::attention,
+                           fast::attention_f16kv,
+                           fast::to_f16,
+                           fast::attention_i8kv,
+                           fast::attention_i8,
+                           ref::gather_rows,
                            fast::pack};
   return k;
 }
@@ -520,7 +545,7 @@ std::vector<std::string_view> fast_kernels_targets() {
 }
 
 const KernelSet& active_kernels() {
-  static const KernelSet& k = [] () -> const KernelSet& {
+  static const KernelSet& k = []() -> const KernelSet& {
     const char* env = std::getenv("QHX_KERNELS");
     return env != nullptr && std::string_view(env) == "reference" ? reference_kernels() : fast_kernels();
   }();

@@ -59,8 +59,7 @@ void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out) {
         out[c] = static_cast<float>(w4_nibble(q[c / 2], static_cast<int>(c & 1))) * s[c / kW4GroupSize];
       return;
     }
-    default:
-      break;
+    default: break;
   }
   fail("weight_row_to_f32: dtype ", dtype_name(w.dtype), " is not a weight format (F32, BF16, F16, I8, U8)");
 }
@@ -99,7 +98,8 @@ void linear_int8_w4(const float* x, std::int64_t m, const WeightMatrix& w, const
       for (std::int64_t g = 0; g < groups; ++g) {
         std::int32_t isum = 0;
         for (std::int64_t c = g * kW4GroupSize; c < (g + 1) * kW4GroupSize; ++c)
-          isum += static_cast<std::int32_t>(qx[c]) * w4_nibble(packed[n * (w.cols / 2) + c / 2], static_cast<int>(c & 1));
+          isum +=
+              static_cast<std::int32_t>(qx[c]) * w4_nibble(packed[n * (w.cols / 2) + c / 2], static_cast<int>(c & 1));
         acc = std::fma(static_cast<float>(isum), sx[static_cast<std::size_t>(i)] * w.scales[n * groups + g], acc);
       }
       y[i * w.rows + n] = acc + (bias != nullptr ? bias[n] : 0.0f);
@@ -143,8 +143,7 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   }
 }
 
-void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
-                 BlockStep step) {
+void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y, BlockStep step) {
   linear(x, m, w, bias, y);
   step.run(step.ctx, 0, m, 0, w.rows);
 }
@@ -250,10 +249,11 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
         p[j] = dot(qi, k + (j * hkv + kvh) * d, d) * scale;
         max_s = std::max(max_s, p[j]);
       }
-      softmax_weighted_rows(p.data(), visible, max_s, d, out + (i * hq + h) * d, [&](std::int64_t j, float w, float* o) {
-        const float* vj = v + (j * hkv + kvh) * d;
-        for (std::int64_t c = 0; c < d; ++c) o[c] += w * vj[c];
-      });
+      softmax_weighted_rows(p.data(), visible, max_s, d, out + (i * hq + h) * d,
+                            [&](std::int64_t j, float w, float* o) {
+                              const float* vj = v + (j * hkv + kvh) * d;
+                              for (std::int64_t c = 0; c < d; ++c) o[c] += w * vj[c];
+                            });
     }
   }
 }
@@ -263,8 +263,8 @@ void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_
 }
 
 void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
-                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                     bool causal, float* out) {
+                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                     float scale, bool causal, float* out) {
   // Widened into attention's [n, hkv, d].
   std::vector<float> kf(static_cast<std::size_t>(n * hkv * d)), vf(kf.size());
   for (std::int64_t j = 0; j < n; ++j)
@@ -283,8 +283,8 @@ void to_f16(const float* x, std::int64_t n, std::uint16_t* y) {
 }
 
 void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
-                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                    float* out) {
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                    float scale, float* out) {
   // kv_cache_i8.hpp's contract in plain loops: integer scores, then `attention`'s
   // softmax and weighted sum over the values the cache stands for.
   if (d > kKvI8MaxHeadDim) fail("attention over the 8-bit KV cache: head size ", d, " exceeds ", kKvI8MaxHeadDim);
@@ -304,11 +304,12 @@ void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, 
         p[j] = kv_i8_score(dot, kv_i8_scale(kj, d), qs);
         max_s = std::max(max_s, p[j]);
       }
-      softmax_weighted_rows(p.data(), visible, max_s, d, out + (i * hq + h) * d, [&](std::int64_t j, float w, float* o) {
-        const std::int8_t* vj = v + (g * ctx + j) * rb;
-        const float s = kv_i8_scale(vj, d);
-        for (std::int64_t c = 0; c < d; ++c) o[c] += w * (static_cast<float>(vj[c]) * s);
-      });
+      softmax_weighted_rows(p.data(), visible, max_s, d, out + (i * hq + h) * d,
+                            [&](std::int64_t j, float w, float* o) {
+                              const std::int8_t* vj = v + (g * ctx + j) * rb;
+                              const float s = kv_i8_scale(vj, d);
+                              for (std::int64_t c = 0; c < d; ++c) o[c] += w * (static_cast<float>(vj[c]) * s);
+                            });
     }
   }
 }
@@ -319,11 +320,25 @@ void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, 
 namespace qhx::cpu {
 
 const KernelSet& reference_kernels() {
-  static const KernelSet k{"reference",      ref::linear,      ref::linear_then, ref::rms_norm,  ref::layer_norm,
-                           ref::silu_mul,    ref::gelu_tanh,   ref::gelu_erf,  ref::add_inplace,
-                           ref::rope_rotate_half, ref::attention, ref::attention_f16kv, ref::to_f16, ref::attention_i8kv,
-                           attention_i8_reference, ref::gather_rows,
-                           [](const WeightMatrix&) -> std::shared_ptr<const PackedI8> { return nullptr; }};
+  static const KernelSet k{"reference",
+                           ref::linear,
+                           ref::linear_then,
+                           ref::rms_norm,
+                           ref::layer_norm,
+                           ref::silu_mul,
+                           ref::gelu_tanh,
+                           ref::gelu_erf,
+                           ref::add_inplace,
+                           ref::rope_rotate_half,
+                           ref::attention,
+                           ref::attention_f16kv,
+                           ref::to_f16,
+                           ref::attention_i8kv,
+                           attention_i8_reference,
+                           ref::gather_rows,
+                           [](const WeightMatrix&) -> std::shared_ptr<const PackedI8> {
+                             return nullptr;
+                           }};
   return k;
 }
 

@@ -16,8 +16,7 @@ namespace qhx::cpu::ref {
 // matrix with int8_activations, the int8 contract of int8_matmul.hpp.
 void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y);
 // linear, then step over the whole output at once.
-void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y,
-                 BlockStep step);
+void linear_then(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y, BlockStep step);
 
 // y[r, :] = w ⊙ x[r, :] / sqrt(mean(x[r, :]²) + eps), for each of `rows` rows of n.
 void rms_norm(const float* x, const float* w, std::int64_t rows, std::int64_t n, float eps, float* y);
@@ -53,15 +52,15 @@ void attention(const float* q, const float* k, const float* v, std::int64_t t, s
 
 // attention on k and v [hkv, ctx, d] widened from f16 (exactly) to f32.
 void attention_f16kv(const float* q, const std::uint16_t* k, const std::uint16_t* v, std::int64_t t, std::int64_t n,
-                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                     bool causal, float* out);
+                     std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                     float scale, bool causal, float* out);
 // y[i] = f32_to_f16(x[i]) (common/half.hpp).
 void to_f16(const float* x, std::int64_t n, std::uint16_t* y);
 // causal attention on the values an 8-bit KV cache stands for (kv_cache_i8.hpp),
 // dequantized to f32 first: k, v [hkv, ctx, d + 4] bytes.
 void attention_i8kv(const float* q, const std::int8_t* k, const std::int8_t* v, std::int64_t t, std::int64_t n,
-                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start, float scale,
-                    float* out);
+                    std::int64_t ctx, std::int64_t hq, std::int64_t hkv, std::int64_t d, std::int64_t start,
+                    float scale, float* out);
 // out[i, :] = table[ids[i], :] as f32. ids must be in range (callers check).
 void gather_rows(const WeightMatrix& table, const std::int32_t* ids, std::int64_t n, float* out);
 

@@ -4,8 +4,8 @@
 
 namespace qhx::cpu {
 
-void kv_i8_write(const float* x, std::int64_t T, std::int64_t hkv, std::int64_t d, std::int64_t ctx,
-                 std::int64_t start, std::int8_t* cache) {
+void kv_i8_write(const float* x, std::int64_t T, std::int64_t hkv, std::int64_t d, std::int64_t ctx, std::int64_t start,
+                 std::int8_t* cache) {
   const std::int64_t rb = kv_i8_row_bytes(d);
   // The best kernel's quantize is quantize_rows_q8 bit for bit, vectorized: a decode
   // step writes 2 · layers · kv_heads rows, which the scalar one makes a visible cost.

@@ -73,8 +73,8 @@ inline float kv_i8_score(std::int32_t dot, float key_scale, float q_scale) {
 
 // Writes the rows of tokens start .. start+T−1 of x [T, hkv, d] into a layer's
 // cache [hkv, ctx, d + 4], quantized as above.
-void kv_i8_write(const float* x, std::int64_t T, std::int64_t hkv, std::int64_t d, std::int64_t ctx,
-                 std::int64_t start, std::int8_t* cache);
+void kv_i8_write(const float* x, std::int64_t T, std::int64_t hkv, std::int64_t d, std::int64_t ctx, std::int64_t start,
+                 std::int8_t* cache);
 
 // out [n, hkv, d] = the values the cache stands for, x̂ = float(q) · s, of its first n tokens.
 void kv_i8_dequantize(const std::int8_t* cache, std::int64_t n, std::int64_t hkv, std::int64_t d, std::int64_t ctx,

@@ -22,7 +22,8 @@ class LinearGraph final : public Delegate {
   void init(const GraphBlob& blob) override {
     name_ = blob.name;
     const KernelPlan plan = kernel_plan(blob);
-    ckpt_.emplace(open_streamed_weights(blob_file(blob, "weights"), plan, blob.weights_in_memory));  // the lm-head: read in full every step
+    ckpt_.emplace(open_streamed_weights(blob_file(blob, "weights"), plan,
+                                        blob.weights_in_memory));  // the lm-head: read in full every step
     std::vector<std::string> names;
     const auto it = blob.spec.find("tensor");
     if (it != blob.spec.end() && it->is_string()) names.push_back(it->get<std::string>());

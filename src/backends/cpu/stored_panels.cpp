@@ -14,7 +14,8 @@ std::int64_t panels_of(std::int64_t rows) { return (rows + P - 1) / P; }
 std::int64_t k4_of(std::int64_t cols) { return (cols + 3) / 4; }
 
 void check_shape(std::int64_t rows, std::int64_t cols, const std::string& where) {
-  if (rows <= 0 || cols <= 0) fail(where, ": a stored panel matrix needs a positive shape, not [", rows, ", ", cols, "]");
+  if (rows <= 0 || cols <= 0)
+    fail(where, ": a stored panel matrix needs a positive shape, not [", rows, ", ", cols, "]");
   if (cols > kInt8MaxCols)
     fail(where, ": ", cols, " input features exceed the int8 path's exact limit of ", kInt8MaxCols);
 }
@@ -42,7 +43,9 @@ std::size_t stored_panels_bytes(std::int64_t rows, std::int64_t cols) {
 std::size_t stored_row_sums_bytes(std::int64_t rows) {
   return static_cast<std::size_t>(panels_of(rows) * P) * sizeof(std::int32_t);
 }
-std::size_t stored_scales_bytes(std::int64_t rows) { return static_cast<std::size_t>(panels_of(rows) * P) * sizeof(float); }
+std::size_t stored_scales_bytes(std::int64_t rows) {
+  return static_cast<std::size_t>(panels_of(rows) * P) * sizeof(float);
+}
 
 std::shared_ptr<const PackedI8> view_stored_panels(const StoredPanels& s, std::int64_t rows, std::int64_t cols,
                                                    const Int8Kernel& kernel, std::shared_ptr<const void> owner,
@@ -122,7 +125,7 @@ void unpack_w8_panels(const StoredPanels& s, std::int64_t rows, std::int64_t col
 
 StoredPanels stored_panels_of(const WeightMatrix& w) {
   if (!w.panel_form) fail("stored_panels_of: the matrix is not in the panel form");
-  return StoredPanels{w.data, stored_panels_bytes(w.rows, w.cols), w.panel_row_sums, stored_row_sums_bytes(w.rows),
+  return StoredPanels{w.data,   stored_panels_bytes(w.rows, w.cols), w.panel_row_sums, stored_row_sums_bytes(w.rows),
                       w.scales, stored_scales_bytes(w.rows)};
 }
 

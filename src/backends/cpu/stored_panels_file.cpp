@@ -17,8 +17,8 @@ const TensorView& expect(const Checkpoint& ckpt, const std::string& file, const 
     std::string want, have;
     for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
     for (auto d : t->shape) have += (have.empty() ? "" : ", ") + std::to_string(d);
-    fail(file, ": tensor ", name, ": ", dtype_name(t->dtype), " [", have, "] is not the ", dtype_name(dtype), " [", want,
-         "] of a ", kStoredPanel, "-row panel matrix ", matrix);
+    fail(file, ": tensor ", name, ": ", dtype_name(t->dtype), " [", have, "] is not the ", dtype_name(dtype), " [",
+         want, "] of a ", kStoredPanel, "-row panel matrix ", matrix);
   }
   return *t;
 }
@@ -39,7 +39,8 @@ std::optional<StoredPanels> find_stored_panels(const Checkpoint& ckpt, const std
   return StoredPanels{p.data, p.nbytes, r.data, r.nbytes, s.data, s.nbytes};
 }
 
-std::optional<std::pair<std::int64_t, std::int64_t>> stored_panels_shape(const Checkpoint& ckpt, const std::string& file,
+std::optional<std::pair<std::int64_t, std::int64_t>> stored_panels_shape(const Checkpoint& ckpt,
+                                                                         const std::string& file,
                                                                          const std::string& name) {
   if (ckpt.find(name + ".panels") == nullptr) return std::nullopt;
   const TensorView& t = expect(ckpt, file, name + ".shape", DType::I64, {2}, name);

@@ -22,7 +22,8 @@ std::optional<StoredPanels> find_stored_panels(const Checkpoint& ckpt, const std
 // The logical [rows, cols] of panel matrix `name` (its `name.shape`), or nullopt when
 // it has no `name.panels`. Throws qhx::Error naming `file` and the tensor if the
 // shape tensor is missing or not two positive I64.
-std::optional<std::pair<std::int64_t, std::int64_t>> stored_panels_shape(const Checkpoint& ckpt, const std::string& file,
+std::optional<std::pair<std::int64_t, std::int64_t>> stored_panels_shape(const Checkpoint& ckpt,
+                                                                         const std::string& file,
                                                                          const std::string& name);
 
 }  // namespace qhx::cpu

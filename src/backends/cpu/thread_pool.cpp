@@ -54,8 +54,9 @@ class Pool {
     if (split == Split::Chunks) piece = 0;
     const std::int64_t pieces = piece > 0 ? (n + piece - 1) / piece : 0;
     const std::int64_t by_grain = std::max<std::int64_t>(1, n / grain);
-    const std::int64_t max_chunks =
-        split == Split::Pieces ? pieces : split == Split::Balanced ? std::min(pieces, by_grain) : by_grain;
+    const std::int64_t max_chunks = split == Split::Pieces     ? pieces
+                                    : split == Split::Balanced ? std::min(pieces, by_grain)
+                                                               : by_grain;
     std::unique_lock<std::mutex> busy(call_mu_, std::try_to_lock);
     const std::int64_t chunks = std::min<std::int64_t>(threads(), max_chunks);
     if (chunks <= 1 || !busy.owns_lock() || t_in_pool_job) {  // serial: small, nested or concurrent
@@ -106,15 +107,9 @@ class Pool {
   // Thread `index`'s part of the current job.
   void run_share(int index) {
     switch (split_) {
-      case Split::Chunks:
-        call_(ctx_, n_ * index / chunks_, n_ * (index + 1) / chunks_);
-        return;
-      case Split::Pieces:
-        run_pieces();
-        return;
-      case Split::Balanced:
-        run_balanced(index);
-        return;
+      case Split::Chunks: call_(ctx_, n_ * index / chunks_, n_ * (index + 1) / chunks_); return;
+      case Split::Pieces: run_pieces(); return;
+      case Split::Balanced: run_balanced(index); return;
     }
   }
 
@@ -123,8 +118,7 @@ class Pool {
   // time from their backs. An exception stops this thread; the others finish.
   void run_balanced(int self) {
     std::int64_t b = 0, e = 0;
-    while (shares_[static_cast<std::size_t>(self)].claim_front(b, e))
-      call_(ctx_, b * piece_, std::min(n_, e * piece_));
+    while (shares_[static_cast<std::size_t>(self)].claim_front(b, e)) call_(ctx_, b * piece_, std::min(n_, e * piece_));
     for (std::int64_t k = 1; k < chunks_; ++k) {
       Share& victim = shares_[static_cast<std::size_t>((self + k) % chunks_)];
       while (victim.claim_back(b)) call_(ctx_, b * piece_, std::min(n_, (b + 1) * piece_));

@@ -47,21 +47,20 @@ inline constexpr std::int64_t kW4GroupSize = 32;
 
 struct WeightMatrix {
   const void* data = nullptr;
-  DType dtype = DType::F32;       // F32, BF16, F16, I8 (w8) or U8 (w4): see the table above
-  std::int64_t rows = 0;          // output features
-  std::int64_t cols = 0;          // input features
-  const float* scales = nullptr;  // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
-  bool int8_activations = false;  // w8 and w4 only: the int8 path (see above)
+  DType dtype = DType::F32;                          // F32, BF16, F16, I8 (w8) or U8 (w4): see the table above
+  std::int64_t rows = 0;                             // output features
+  std::int64_t cols = 0;                             // input features
+  const float* scales = nullptr;                     // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
+  bool int8_activations = false;                     // w8 and w4 only: the int8 path (see above)
   std::shared_ptr<const PackedI8> packed = nullptr;  // the kernel set's repacked copy, or null
-  bool panel_form = false;                         // w8 only: data in the stored panel layout (above)
-  const std::int32_t* panel_row_sums = nullptr;    // panel_form: [panels · 16] Σ_c q[r, c]
-  std::shared_ptr<const void> owned = nullptr;     // memory `data` / `scales` point into, when not the file's
+  bool panel_form = false;                           // w8 only: data in the stored panel layout (above)
+  const std::int32_t* panel_row_sums = nullptr;      // panel_form: [panels · 16] Σ_c q[r, c]
+  std::shared_ptr<const void> owned = nullptr;       // memory `data` / `scales` point into, when not the file's
 
   static WeightMatrix w8(const std::int8_t* q, const float* row_scales, std::int64_t rows, std::int64_t cols) {
     return {.data = q, .dtype = DType::I8, .rows = rows, .cols = cols, .scales = row_scales};
   }
-  static WeightMatrix w4(const std::uint8_t* packed, const float* group_scales, std::int64_t rows,
-                         std::int64_t cols) {
+  static WeightMatrix w4(const std::uint8_t* packed, const float* group_scales, std::int64_t rows, std::int64_t cols) {
     return {.data = packed, .dtype = DType::U8, .rows = rows, .cols = cols, .scales = group_scales};
   }
 };

@@ -17,6 +17,10 @@
 
 namespace qhx::qnn::abi {
 
+// The structs mirror QNN's headers field by field, each field's offset or meaning aligned
+// beside it.
+// clang-format off
+
 // Every QNN call returns a 64-bit handle; its low 16 bits are the error code (0 = success).
 using ErrorHandle = std::uint64_t;
 inline std::uint32_t error_code(ErrorHandle e) { return static_cast<std::uint32_t>(e & 0xFFFF); }
@@ -249,5 +253,7 @@ using GetSystemProviders = ErrorHandle (*)(const SystemInterface*** providers, s
 // rule), so any minor of these majors is accepted.
 inline constexpr std::uint32_t kCoreApiMajor = 2;
 inline constexpr std::uint32_t kSystemApiMajor = 1;
+
+// clang-format on
 
 }  // namespace qhx::qnn::abi

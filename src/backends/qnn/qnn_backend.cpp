@@ -82,9 +82,7 @@ std::shared_ptr<LoadedBinary> load_binary(const std::filesystem::path& path, con
 }
 
 // Whether a tensor of a split decoder is each part's slice along axis 1 (its layers).
-bool split_along_layers(const std::string& name, bool input) {
-  return name.rfind(input ? "past_" : "new_", 0) == 0;
-}
+bool split_along_layers(const std::string& name, bool input) { return name.rfind(input ? "past_" : "new_", 0) == 0; }
 
 // One graph of one binary, with its staging buffers (allocated once, reused every call).
 struct Part {
@@ -140,10 +138,14 @@ class ContextGraph final : public Delegate {
     contract_ = blob.spec.contains("parts") ? GraphContract::DecoderBlock : GraphContract::Plain;
     if (const auto it = blob.spec.find("contract"); it != blob.spec.end()) {
       if (blob.manifest_version < 6)
-        fail("graph \"", name_, "\": \"contract\" needs qhexrt_manifest >= 6 (this plan says ", blob.manifest_version, ")");
-      if (*it == "decoder_block") contract_ = GraphContract::DecoderBlock;
-      else if (*it == "none") contract_ = GraphContract::Plain;
-      else fail("graph \"", name_, "\": \"contract\" must be \"decoder_block\" or \"none\"");
+        fail("graph \"", name_, "\": \"contract\" needs qhexrt_manifest >= 6 (this plan says ", blob.manifest_version,
+             ")");
+      if (*it == "decoder_block")
+        contract_ = GraphContract::DecoderBlock;
+      else if (*it == "none")
+        contract_ = GraphContract::Plain;
+      else
+        fail("graph \"", name_, "\": \"contract\" must be \"decoder_block\" or \"none\"");
     }
     if (const auto it = blob.spec.find("soc_model"); it != blob.spec.end()) {
       if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
@@ -207,7 +209,8 @@ class ContextGraph final : public Delegate {
     const auto graph = str(emulate ? "emulator_graph" : "graph");
     std::filesystem::path path = *file;
     if (path.is_relative()) path = blob.dir / path;
-    if (!std::filesystem::exists(path)) fail("graph \"", name_, "\": ", at, "context binary ", path.string(), " does not exist");
+    if (!std::filesystem::exists(path))
+      fail("graph \"", name_, "\": ", at, "context binary ", path.string(), " does not exist");
     Part p;
     p.bin = load_binary(path, cat("graph \"", name_, "\" (", path.string(), ")"));
     const BinaryInfo& info = p.bin->ctx.info();
@@ -274,10 +277,12 @@ class ContextGraph final : public Delegate {
       Part& p = parts_[k];
       const TensorInfo* pk = find(p.info->inputs, "past_key");
       if (pk == nullptr || pk->dims.size() < 2)
-        fail("graph \"", name_, "\": parts[", k, "] (", p.graph, ") has no \"past_key\" [rows, layers, ...] input, "
+        fail("graph \"", name_, "\": parts[", k, "] (", p.graph,
+             ") has no \"past_key\" [rows, layers, ...] input, "
              "so its layers cannot be told; \"parts\" splits a decoder along its layers");
       if (find(p.info->inputs, "inputs_embeds") == nullptr || find(p.info->outputs, "hidden") == nullptr)
-        fail("graph \"", name_, "\": parts[", k, "] (", p.graph, ") needs an \"inputs_embeds\" input and a \"hidden\" output");
+        fail("graph \"", name_, "\": parts[", k, "] (", p.graph,
+             ") needs an \"inputs_embeds\" input and a \"hidden\" output");
       p.layer0 = layers;
       layers += pk->dims[1];
     }
@@ -366,7 +371,8 @@ class ContextGraph final : public Delegate {
           const TensorInfo* h = find(prev.info->outputs, "hidden");
           const std::size_t hi = static_cast<std::size_t>(h - prev.info->outputs.data());
           if (h->dtype != t.dtype || prev.out_bufs[hi].size() != p.in_bufs[i].size())
-            fail("graph \"", name_, "\": parts[", k, "]: \"inputs_embeds\" does not match parts[", k - 1, "]'s \"hidden\"");
+            fail("graph \"", name_, "\": parts[", k, "]: \"inputs_embeds\" does not match parts[", k - 1,
+                 "]'s \"hidden\"");
           ip_[i] = const_cast<std::byte*>(prev.out_bufs[hi].data());
           continue;
         }
@@ -425,9 +431,12 @@ void register_qnn_backend() {
     qnn::LibraryNames names;
     for (const auto& [key, value] : settings.items()) {
       if (!value.is_string()) fail("backend \"qnn-htp\": setting \"", key, "\" must be a string");
-      if (key == "htp_library") names.htp = value.get<std::string>();
-      else if (key == "system_library") names.system = value.get<std::string>();
-      else fail("backend \"qnn-htp\" has no setting \"", key, "\" (it takes htp_library, system_library)");
+      if (key == "htp_library")
+        names.htp = value.get<std::string>();
+      else if (key == "system_library")
+        names.system = value.get<std::string>();
+      else
+        fail("backend \"qnn-htp\" has no setting \"", key, "\" (it takes htp_library, system_library)");
     }
     qnn::request_libraries(names);
   });

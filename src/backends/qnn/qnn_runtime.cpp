@@ -27,7 +27,8 @@ void log_to_stderr(const char* fmt, std::uint32_t level, std::uint64_t, va_list 
 std::vector<std::filesystem::path> library_search_dirs() {
   std::vector<std::filesystem::path> dirs;
   if (const char* d = std::getenv("QHX_QNN_LIB_DIR"); d != nullptr && *d != '\0') return {d};
-  if (const char* c = std::getenv("QHX_CACHE"); c != nullptr && *c != '\0') dirs.emplace_back(std::filesystem::path(c) / "qnn/lib");
+  if (const char* c = std::getenv("QHX_CACHE"); c != nullptr && *c != '\0')
+    dirs.emplace_back(std::filesystem::path(c) / "qnn/lib");
   if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
     const auto home = std::filesystem::path(h) / ".cache/qhexrt/qnn/lib";
     if (dirs.empty() || dirs.front() != home) dirs.push_back(home);  // QHX_CACHE is often ~/.cache/qhexrt
@@ -132,8 +133,10 @@ std::unique_ptr<Runtime> Runtime::load(const std::vector<std::filesystem::path>&
   // Looked up by name, libQnnHtp.so and libQnnSystem.so must come from the same folder (the
   // same QAIRT build). Both are tried in every folder, so a report can say where each one is.
   for (const auto& dir : dirs) {
-    const std::filesystem::path htp = dir.empty() || is_path(htp_name) ? std::filesystem::path(htp_name) : dir / htp_name;
-    const std::filesystem::path sys = dir.empty() || is_path(system_name) ? std::filesystem::path(system_name) : dir / system_name;
+    const std::filesystem::path htp =
+        dir.empty() || is_path(htp_name) ? std::filesystem::path(htp_name) : dir / htp_name;
+    const std::filesystem::path sys =
+        dir.empty() || is_path(system_name) ? std::filesystem::path(system_name) : dir / system_name;
     void* h = open(htp);
     void* s = open(sys);
     if (h == nullptr || s == nullptr) {
@@ -205,7 +208,8 @@ Runtime& Runtime::get(std::vector<LoadAttempt>& attempts) {
   // backend then would read freed memory (AddressSanitizer caught it). The
   // backend lives as long as the process; the pointer keeps it reachable.
   std::lock_guard lock(g_runtime_mutex);
-  if (g_runtime == nullptr) g_runtime = load(library_search_dirs(), g_names, &attempts).release();  // a failure is retried on the next call
+  if (g_runtime == nullptr)
+    g_runtime = load(library_search_dirs(), g_names, &attempts).release();  // a failure is retried on the next call
   attempts = g_runtime->attempts_;
   return *g_runtime;
 }
@@ -226,13 +230,13 @@ std::filesystem::path loaded_file(void* lib, const char* symbol, const std::file
 
 }  // namespace
 
-std::filesystem::path Runtime::htp_file() const { return loaded_file(htp_lib_, "QnnInterface_getProviders", htp_path_); }
+std::filesystem::path Runtime::htp_file() const {
+  return loaded_file(htp_lib_, "QnnInterface_getProviders", htp_path_);
+}
 std::filesystem::path Runtime::system_file() const {
   return loaded_file(system_lib_, "QnnSystemInterface_getProviders", system_path_);
 }
-std::string Runtime::provider_name() const {
-  return core_->provider_name != nullptr ? core_->provider_name : "";
-}
+std::string Runtime::provider_name() const { return core_->provider_name != nullptr ? core_->provider_name : ""; }
 abi::Version Runtime::system_api_version() const { return system_->system_api_version; }
 
 Runtime::~Runtime() {
@@ -253,7 +257,8 @@ std::string Runtime::build_id() const {
 
 abi::ApiVersion Runtime::api_version() const {
   abi::ApiVersion v{};
-  if (auto e = core_->fn.backend_get_api_version(&v); e != 0) fail("qnn-htp: ", describe("QnnBackend_getApiVersion", e));
+  if (auto e = core_->fn.backend_get_api_version(&v); e != 0)
+    fail("qnn-htp: ", describe("QnnBackend_getApiVersion", e));
   return v;
 }
 
@@ -363,13 +368,14 @@ BinaryInfo binary_info_from(const abi::BinaryInfo& bi, const std::string& what) 
 
 Context::Context(const Runtime& rt, std::span<const std::byte> binary, const std::string& what)
     : rt_(rt), what_(what), info_(rt.read_binary_info(binary, what)) {
-  if (auto e = rt.core().fn.context_create_from_binary(rt.backend(), rt.device(), nullptr, binary.data(),
-                                                       binary.size(), &context_, nullptr);
+  if (auto e = rt.core().fn.context_create_from_binary(rt.backend(), rt.device(), nullptr, binary.data(), binary.size(),
+                                                       &context_, nullptr);
       e != 0)
     fail("qnn-htp: ", what, ": ", rt.describe("QnnContext_createFromBinary", e), "; the binary was prepared by QAIRT ",
-         info_.build_id.empty() ? "?" : info_.build_id, " for SoC ", info_.soc_version.empty() ? "?" : info_.soc_version,
-         info_.soc_model != 0 ? cat(" (Qnn_SocModel_t ", info_.soc_model, ")") : std::string(),
-         "; the backend is ", rt.htp_path().string(), " (", rt.build_id(),
+         info_.build_id.empty() ? "?" : info_.build_id, " for SoC ",
+         info_.soc_version.empty() ? "?" : info_.soc_version,
+         info_.soc_model != 0 ? cat(" (Qnn_SocModel_t ", info_.soc_model, ")") : std::string(), "; the backend is ",
+         rt.htp_path().string(), " (", rt.build_id(),
          "). Context binaries are pinned to one HTP arch and QAIRT version: re-prepare it for this one.");
 }
 

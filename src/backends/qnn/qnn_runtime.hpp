@@ -77,8 +77,7 @@ class Runtime {
   // Loads the libraries from `dirs` only (empty path = the loader's search path); throws as
   // get() does, after writing every path tried to `*attempts` (if given). For tests of the
   // error path; the runtime it returns must not be used when get() has loaded another copy.
-  static std::unique_ptr<Runtime> load(const std::vector<std::filesystem::path>& dirs,
-                                       const LibraryNames& names = {},
+  static std::unique_ptr<Runtime> load(const std::vector<std::filesystem::path>& dirs, const LibraryNames& names = {},
                                        std::vector<LoadAttempt>* attempts = nullptr);
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -93,9 +92,9 @@ class Runtime {
   std::filesystem::path system_file() const;
   // Every dlopen made by load(), in order, up to the pair that was used.
   const std::vector<LoadAttempt>& attempts() const { return attempts_; }
-  std::string provider_name() const;            // of the core interface chosen
-  abi::Version system_api_version() const;      // of the System interface chosen
-  std::string build_id() const;  // QnnBackend_getBuildId
+  std::string provider_name() const;        // of the core interface chosen
+  abi::Version system_api_version() const;  // of the System interface chosen
+  std::string build_id() const;             // QnnBackend_getBuildId
   abi::ApiVersion api_version() const;
   abi::Handle backend() const { return backend_; }
   abi::Handle device() const { return device_; }

@@ -30,7 +30,8 @@ namespace {
 // while it may be the start of a stop string).
 class Emitter {
  public:
-  Emitter(RunContext& ctx, Resources& res) : ctx_(ctx), res_(res), stops_(ctx.options.stop), on_text_(ctx.options.on_text) {
+  Emitter(RunContext& ctx, Resources& res)
+      : ctx_(ctx), res_(res), stops_(ctx.options.stop), on_text_(ctx.options.on_text) {
     if (!ctx.stream) ctx.stream.emplace(*res.tokenizer, /*skip_special=*/true);
   }
 
@@ -38,7 +39,8 @@ class Emitter {
   bool emit(std::int32_t tok) {
     GenerationResult& out = ctx_.result;
     out.tokens.push_back(tok);
-    if (std::find(res_.stop_ids.begin(), res_.stop_ids.end(), tok) != res_.stop_ids.end()) return end(StopReason::StopToken);
+    if (std::find(res_.stop_ids.begin(), res_.stop_ids.end(), tok) != res_.stop_ids.end())
+      return end(StopReason::StopToken);
     if (tok < res_.tokenizer->vocab_size()) {
       const std::string piece = stops_.push(ctx_.stream->push(tok));
       if (stops_.stopped()) {
@@ -93,15 +95,17 @@ class Verifier {
   // The drafts for the run after `step`: forced tokens when there are, else by prompt lookup,
   // only as far as the budget can use (the last row's logits choose token step + k + 1).
   const std::vector<std::int32_t>& draft(std::int64_t step, std::int64_t max_new_tokens,
-                                         const std::vector<std::int32_t>& forced, const std::vector<std::int32_t>& history) {
+                                         const std::vector<std::int32_t>& forced,
+                                         const std::vector<std::int32_t>& history) {
     live_ = false;
     const std::int64_t k = std::min(K_, max_new_tokens - step - 2);
     drafts_.clear();
     if (k > 0 && !forced.empty()) {
       const auto from = static_cast<std::size_t>(step + 1);
       if (from < forced.size())
-        drafts_.assign(forced.begin() + static_cast<std::ptrdiff_t>(from),
-                       forced.begin() + static_cast<std::ptrdiff_t>(std::min(forced.size(), from + static_cast<std::size_t>(k))));
+        drafts_.assign(
+            forced.begin() + static_cast<std::ptrdiff_t>(from),
+            forced.begin() + static_cast<std::ptrdiff_t>(std::min(forced.size(), from + static_cast<std::size_t>(k))));
     } else if (k > 0) {
       ngram_draft(history, k, drafts_);
     }
@@ -153,7 +157,8 @@ class DecodeStage final : public Stage {
     out.stop = StopReason::MaxNewTokens;
     for (std::int64_t step = 0; step < ctx.max_new_tokens; ++step) {
       verifier.next_logits(ctx.logits);
-      if (ctx.options.keep_step_logits) out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
+      if (ctx.options.keep_step_logits)
+        out.step_logits.insert(out.step_logits.end(), ctx.logits.begin(), ctx.logits.end());
       const std::int32_t tok = static_cast<std::size_t>(step) < forced.size() ? forced[static_cast<std::size_t>(step)]
                                                                               : sampler.sample(ctx.logits, history);
       history.push_back(tok);
@@ -209,14 +214,15 @@ class DecodeStage final : public Stage {
     for (int a = 0; a < 3; ++a)
       for (std::int64_t t = 0; t < T; ++t)
         rows_pos_[static_cast<std::size_t>(a * T + t)] = static_cast<std::int32_t>(p + t + ctx.rope_delta);
-    const DecoderStep step{.embeds = rows_x_.data(), .positions = rows_pos_.data(), .tokens = T, .start = p, .logit_rows = T};
+    const DecoderStep step{
+        .embeds = rows_x_.data(), .positions = rows_pos_.data(), .tokens = T, .start = p, .logit_rows = T};
     run_decoder_step(*llm_, head_, ctx.session.kv, step, logits);
   }
 
   std::unique_ptr<Decoder> llm_;
   Graph& head_;
   std::string table_;
-  std::vector<float> x_, rows_x_;               // embeddings of the rows a step runs
+  std::vector<float> x_, rows_x_;                 // embeddings of the rows a step runs
   std::vector<std::int32_t> rows_in_, rows_pos_;  // a verification run's tokens and positions
 };
 

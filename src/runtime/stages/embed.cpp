@@ -25,10 +25,11 @@ class EmbedStage final : public Stage {
     for (const auto& im : ctx.images) {
       if (!im.needed) continue;
       if (!im.features)
-        fail("the prompt has image tokens but no image features (the plan needs \"patch_embed\" and \"vision\" stages)");
+        fail(
+            "the prompt has image tokens but no image features (the plan needs \"patch_embed\" and \"vision\" stages)");
       if (im.features->tokens != im.n_pads || im.features->width != H)
-        fail("image ", im.source->name(), ": ", im.features->tokens, " features of width ", im.features->width,
-             " for ", im.n_pads, " image tokens of width ", H);
+        fail("image ", im.source->name(), ": ", im.features->tokens, " features of width ", im.features->width, " for ",
+             im.n_pads, " image tokens of width ", H);
       for (std::int64_t r = std::max<std::int64_t>(0, P - im.first_pad); r < im.n_pads; ++r)
         std::copy_n(im.features->embeds.data() + r * H, H, ctx.embeds.data() + (im.first_pad + r - P) * H);
     }

@@ -48,7 +48,8 @@ class PrefillStage final : public Stage {
       n_ds = std::max(n_ds, im.features->n_deepstack);
     }
     std::vector<std::uint8_t> mask(static_cast<std::size_t>(L - P));
-    for (std::int64_t i = P; i < L; ++i) mask[static_cast<std::size_t>(i - P)] = owner[static_cast<std::size_t>(i)] >= 0;
+    for (std::int64_t i = P; i < L; ++i)
+      mask[static_cast<std::size_t>(i - P)] = owner[static_cast<std::size_t>(i)] >= 0;
 
     // The session's cache is rewound to P; it grows chunk by chunk, so an
     // error part-way leaves it holding exactly the chunks that ran.

@@ -16,10 +16,14 @@ std::unique_ptr<Stage> make_detokenize_stage(const ManifestStage& stage, Resourc
 namespace {
 
 constexpr StageOp kStageOps[] = {
-    {"load_images", make_load_images_stage}, {"tokenize", make_tokenize_stage},
-    {"patch_embed", make_patch_embed_stage}, {"vision", make_vision_stage},
-    {"embed", make_embed_stage},             {"prefill", make_prefill_stage},
-    {"decode", make_decode_stage},           {"detokenize", make_detokenize_stage},
+    {"load_images", make_load_images_stage},
+    {"tokenize", make_tokenize_stage},
+    {"patch_embed", make_patch_embed_stage},
+    {"vision", make_vision_stage},
+    {"embed", make_embed_stage},
+    {"prefill", make_prefill_stage},
+    {"decode", make_decode_stage},
+    {"detokenize", make_detokenize_stage},
 };
 
 }  // namespace

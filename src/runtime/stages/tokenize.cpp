@@ -60,7 +60,8 @@ class TokenizeStage final : public Stage {
     // Reuse: the longest common prefix with what the cache holds, but at least
     // the last prompt token is run again, since its logits start the answer.
     const auto& cached = ctx.session.ids;
-    const auto common = std::mismatch(ctx.ids.begin(), ctx.ids.end(), cached.begin(), cached.end()).first - ctx.ids.begin();
+    const auto common =
+        std::mismatch(ctx.ids.begin(), ctx.ids.end(), cached.begin(), cached.end()).first - ctx.ids.begin();
     ctx.reused = std::min<std::int64_t>(common, L - 1);
     ctx.result.cached_tokens = ctx.reused;
     for (auto& im : ctx.images) im.needed = im.first_pad + im.n_pads > ctx.reused;

@@ -13,7 +13,8 @@ namespace {
 
 class VisionStage final : public Stage {
  public:
-  VisionStage(std::string graph, std::int64_t fixed_patches) : graph_(std::move(graph)), fixed_patches_(fixed_patches) {}
+  VisionStage(std::string graph, std::int64_t fixed_patches)
+      : graph_(std::move(graph)), fixed_patches_(fixed_patches) {}
 
   void run(RunContext& ctx) override {
     Graph& g = ctx.res.graph(graph_);
@@ -62,7 +63,7 @@ class VisionStage final : public Stage {
 
  private:
   std::string graph_;
-  std::int64_t fixed_patches_;     // > 0: the graph takes images of this many patches only
+  std::int64_t fixed_patches_;    // > 0: the graph takes images of this many patches only
   std::vector<float> cos_, sin_;  // [n, width] rope tables, for graphs that take them
 };
 

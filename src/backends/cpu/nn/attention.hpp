@@ -13,8 +13,8 @@
 namespace qhx::nn {
 
 struct AttentionWeights {
-  cpu::Linear q, k, v, o;               // q [hq·d, hidden], k/v [hkv·d, hidden], o [hidden, hq·d]
-  std::vector<float> q_norm, k_norm;    // [d], shared by all heads
+  cpu::Linear q, k, v, o;             // q [hq·d, hidden], k/v [hkv·d, hidden], o [hidden, hq·d]
+  std::vector<float> q_norm, k_norm;  // [d], shared by all heads
 };
 
 struct AttentionShape {

@@ -21,7 +21,7 @@ struct SwiGluScratch {
 };
 
 // residual[T, hidden] += mlp(x[T, hidden]).
-void swiglu_mlp(const cpu::KernelSet& k, const SwiGluWeights& w, const float* x, std::int64_t T,
-                SwiGluScratch& scratch, float* residual);
+void swiglu_mlp(const cpu::KernelSet& k, const SwiGluWeights& w, const float* x, std::int64_t T, SwiGluScratch& scratch,
+                float* residual);
 
 }  // namespace qhx::nn

@@ -13,8 +13,8 @@
 
 namespace qhx::qwen3vl {
 
-using cpu::WeightMatrix;
 using cpu::weight_row_to_f32;
+using cpu::WeightMatrix;
 
 namespace {
 
@@ -25,15 +25,15 @@ std::vector<float> linspace_f32(float end, std::int64_t n) {
   if (n == 1) return v;
   const float step = end / static_cast<float>(n - 1);
   for (std::int64_t i = 0; i < n; ++i)
-    v[static_cast<std::size_t>(i)] = i < n / 2 ? step * static_cast<float>(i)
-                                               : end - step * static_cast<float>(n - 1 - i);
+    v[static_cast<std::size_t>(i)] =
+        i < n / 2 ? step * static_cast<float>(i) : end - step * static_cast<float>(n - 1 - i);
   return v;
 }
 
 }  // namespace
 
-std::vector<float> interpolate_pos_embed(const WeightMatrix& table, std::int64_t t, std::int64_t gh,
-                                         std::int64_t gw, std::int64_t merge) {
+std::vector<float> interpolate_pos_embed(const WeightMatrix& table, std::int64_t t, std::int64_t gh, std::int64_t gw,
+                                         std::int64_t merge) {
   const auto side = static_cast<std::int64_t>(std::lround(std::sqrt(static_cast<double>(table.rows))));
   if (side * side != table.rows) fail("position-embedding table of ", table.rows, " rows is not square");
   const std::int64_t hidden = table.cols;
@@ -96,8 +96,8 @@ class PatchEmbed final : public Delegate {
     if (channels != 3) fail("graph \"", name_, "\": only 3-channel (RGB) vision input is supported");
     const std::int64_t pp = p * p;
     cols_ = channels * T * pp;
-    const WeightMatrix patch = cpu::reshaped_matrix_weight(open(blob, "patch_weight", 0), tensor(blob, "patch_weight"),
-                                                           hidden, cols_);
+    const WeightMatrix patch =
+        cpu::reshaped_matrix_weight(open(blob, "patch_weight", 0), tensor(blob, "patch_weight"), hidden, cols_);
     bias_ = cpu::vector_weight(open(blob, "patch_bias", 1), tensor(blob, "patch_bias"), hidden);
     pos_ = cpu::matrix_weight(open(blob, "pos_embed", 2), tensor(blob, "pos_embed"),
                               spec_int(blob, "num_position_embeddings"), hidden);
@@ -113,7 +113,8 @@ class PatchEmbed final : public Delegate {
       for (std::int64_t c = 0; c < channels; ++c)
         for (std::int64_t f = 0; f < T; ++f)
           for (std::int64_t i = 0; i < pp; ++i)
-            folded_[static_cast<std::size_t>(o * frame_cols_ + c * pp + i)] += row[static_cast<std::size_t>((c * T + f) * pp + i)];
+            folded_[static_cast<std::size_t>(o * frame_cols_ + c * pp + i)] +=
+                row[static_cast<std::size_t>((c * T + f) * pp + i)];
     }
     folded_w_ = {.data = folded_.data(), .dtype = DType::F32, .rows = hidden, .cols = frame_cols_};
   }
@@ -156,7 +157,8 @@ class PatchEmbed final : public Delegate {
   }
   std::string tensor(const GraphBlob& blob, const char* key) const {
     const auto it = blob.spec.find(key);
-    const nlohmann::json* t = it != blob.spec.end() && it->is_object() && it->contains("tensor") ? &(*it)["tensor"] : nullptr;
+    const nlohmann::json* t =
+        it != blob.spec.end() && it->is_object() && it->contains("tensor") ? &(*it)["tensor"] : nullptr;
     if (t == nullptr || !t->is_string()) fail("graph \"", name_, "\": \"", key, ".tensor\" must be a tensor name");
     return t->get<std::string>();
   }

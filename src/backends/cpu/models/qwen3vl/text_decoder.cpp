@@ -81,7 +81,7 @@ class DecoderCore {
     return 2 * ctx_ * hkv * d * 4;
   }
   nn::KvStore kv_store_ = nn::KvStore::F32;  // "kv_cache": "f32", "f16" or "i8"
-  std::optional<Checkpoint> ckpt_;  // mapped; the weights below point into it
+  std::optional<Checkpoint> ckpt_;           // mapped; the weights below point into it
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;  // [hidden]
   std::vector<float> inv_freq_;    // [head_dim / 2]
@@ -98,7 +98,8 @@ void DecoderCore::init(const GraphBlob& blob, std::int64_t ctx, std::int64_t max
   name_ = blob.name;
   cfg_ = load_qwen3vl_config(blob_file(blob, "config")).text;
   const cpu::KernelPlan plan = cpu::kernel_plan(blob);
-  ckpt_.emplace(cpu::open_streamed_weights(blob_file(blob, "weights"), plan, blob.weights_in_memory));  // every decode step reads it all
+  ckpt_.emplace(cpu::open_streamed_weights(blob_file(blob, "weights"), plan,
+                                           blob.weights_in_memory));  // every decode step reads it all
   const Checkpoint& ck = *ckpt_;
   ctx_ = ctx;
   max_t_ = max_t;
@@ -173,7 +174,6 @@ void DecoderCore::forward(const float* embeds, std::int64_t T, std::int64_t star
   debug::dump("hidden.final_norm", hidden_out, {T, hidden});
 }
 
-
 // Kind "qwen3vl.text_decoder": the KV cache is a state tensor the graph updates in place.
 class TextDecoder final : public Delegate {
  public:
@@ -202,7 +202,9 @@ std::vector<IoSpec> TextDecoder::input_specs() const {
           {"image_mask", DType::U8, {-1}}};
 }
 
-std::vector<IoSpec> TextDecoder::output_specs() const { return {{"hidden", DType::F32, {-1, core_.config().hidden_size}}}; }
+std::vector<IoSpec> TextDecoder::output_specs() const {
+  return {{"hidden", DType::F32, {-1, core_.config().hidden_size}}};
+}
 
 void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorRef> out) {
   const auto ispecs = input_specs();
@@ -211,11 +213,13 @@ void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorR
   check_io(core_.name(), ospecs, out, "output");
   const std::int64_t T = in[0].shape[0];
   const std::int64_t start = in[2].as<std::int64_t>()[0];
-  if (T < 1 || T > core_.max_t()) fail("graph \"", core_.name(), "\": ", T, " tokens in one call; the plan allows 1..", core_.max_t());
+  if (T < 1 || T > core_.max_t())
+    fail("graph \"", core_.name(), "\": ", T, " tokens in one call; the plan allows 1..", core_.max_t());
   if (in[1].shape[1] != T || out[0].shape[0] != T || in[5].shape[0] != T || in[4].shape[1] != T)
     fail("graph \"", core_.name(), "\": positions, image_mask, deepstack and hidden must all have ", T, " tokens");
   if (start < 0 || start + T > core_.ctx())
-    fail("graph \"", core_.name(), "\": tokens ", start, "..", start + T - 1, " do not fit the context of ", core_.ctx());
+    fail("graph \"", core_.name(), "\": tokens ", start, "..", start + T - 1, " do not fit the context of ",
+         core_.ctx());
   const std::int64_t n_ds = in[4].shape[0];
   if (n_ds > core_.config().num_hidden_layers) fail("graph \"", core_.name(), "\": more deepstack inputs than layers");
 
@@ -223,7 +227,6 @@ void TextDecoder::execute(std::span<const TensorRef> in, std::span<const TensorR
   core_.forward(in[0].as<const float>(), T, start, cos_.data(), sin_.data(), in[3].as<std::byte>(),
                 in[4].as<const float>(), n_ds, in[5].as<std::uint8_t>(), out[0].as<float>());
 }
-
 
 // Kind "qwen3vl.text_decoder_ar": the NPU graphs' contract (docs/manifest.md),
 // a fixed block of AR tokens over a fixed context CL with the KV cache kept by
@@ -341,7 +344,8 @@ class TextDecoderAr final : public Delegate {
         const bool want = r < T && (col < past ? col < V : col - past <= r);
         if (attends(r, col) != want)
           fail("graph \"", core_.name(), "\": attention_mask[", r, "][", col, "] ", want ? "masks" : "attends",
-               "; this graph takes a sequence's mask: ", V, " past rows, then causal over ", T, " tokens, then padding");
+               "; this graph takes a sequence's mask: ", V, " past rows, then causal over ", T,
+               " tokens, then padding");
       }
     return {T, V};
   }

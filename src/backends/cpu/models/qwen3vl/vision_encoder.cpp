@@ -20,13 +20,14 @@ namespace {
 
 struct Block {
   std::vector<float> norm1_w, norm1_b, norm2_w, norm2_b;  // [hidden]
-  cpu::Linear qkv, proj, fc1, fc2;  // qkv [3·hidden, hidden], proj [hidden, hidden], fc1 [inter, hidden], fc2 [hidden, inter]
+  cpu::Linear qkv, proj, fc1,
+      fc2;  // qkv [3·hidden, hidden], proj [hidden, hidden], fc1 [inter, hidden], fc2 [hidden, inter]
 };
 
 struct Merger {
   bool norm_after_grouping = false;  // DeepStack mergers normalize the grouped 4·hidden vector
   std::vector<float> norm_w, norm_b;
-  cpu::Linear fc1, fc2;              // fc1 [4·hidden, 4·hidden], fc2 [out, 4·hidden]
+  cpu::Linear fc1, fc2;  // fc1 [4·hidden, 4·hidden], fc2 [out, 4·hidden]
 };
 
 class VisionEncoder final : public Delegate {
@@ -37,8 +38,7 @@ class VisionEncoder final : public Delegate {
   }
   std::vector<IoSpec> output_specs() const override {
     return {{"image_embeds", DType::F32, {-1, cfg_.out_hidden_size}},
-            {"deepstack", DType::F32,
-             {static_cast<std::int64_t>(deepstack_.size()), -1, cfg_.out_hidden_size}}};
+            {"deepstack", DType::F32, {static_cast<std::int64_t>(deepstack_.size()), -1, cfg_.out_hidden_size}}};
   }
   void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) override;
 
@@ -106,12 +106,12 @@ void VisionEncoder::init(const GraphBlob& blob) {
   const std::string p = "model.visual.";
   for (std::int64_t b = 0; b < cfg_.depth; ++b) {
     const std::string bp = p + "blocks." + std::to_string(b) + ".";
-    blocks_.push_back(Block{cpu::vector_weight(ck, bp + "norm1.weight", h), cpu::vector_weight(ck, bp + "norm1.bias", h),
-                            cpu::vector_weight(ck, bp + "norm2.weight", h), cpu::vector_weight(ck, bp + "norm2.bias", h),
-                            cpu::linear_weight(ck, bp + "attn.qkv", 3 * h, h, true),
-                            cpu::linear_weight(ck, bp + "attn.proj", h, h, true),
-                            cpu::linear_weight(ck, bp + "mlp.linear_fc1", inter, h, true),
-                            cpu::linear_weight(ck, bp + "mlp.linear_fc2", h, inter, true)});
+    blocks_.push_back(Block{
+        cpu::vector_weight(ck, bp + "norm1.weight", h), cpu::vector_weight(ck, bp + "norm1.bias", h),
+        cpu::vector_weight(ck, bp + "norm2.weight", h), cpu::vector_weight(ck, bp + "norm2.bias", h),
+        cpu::linear_weight(ck, bp + "attn.qkv", 3 * h, h, true), cpu::linear_weight(ck, bp + "attn.proj", h, h, true),
+        cpu::linear_weight(ck, bp + "mlp.linear_fc1", inter, h, true),
+        cpu::linear_weight(ck, bp + "mlp.linear_fc2", h, inter, true)});
   }
   for (std::size_t k = 0; k < cfg_.deepstack_visual_indexes.size(); ++k)
     deepstack_.push_back(load_merger(ck, p + "deepstack_merger_list." + std::to_string(k) + ".", cfg_, true));
