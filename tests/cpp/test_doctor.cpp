@@ -12,6 +12,7 @@
 
 #include "doctor/qairt_version.hpp"
 #include "test_support.hpp"
+#include "text_plan.hpp"
 
 namespace qhx {
 namespace {
@@ -67,31 +68,8 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 // A text plan on the tiny_a checkpoint with `lm_head` as its lm-head graph, written to dir.
 fs::path write_plan(const test::TempDir& dir, const nlohmann::json& lm_head, const std::string& name = "plan.json") {
   const fs::path ck = checkpoint_dir();
-  const nlohmann::json j = {
-      {"qhexrt_manifest", 1},
-      {"name", "doctor-test"},
-      {"model", "qwen3vl"},
-      {"config", (ck / "config.json").string()},
-      {"tokenizer", test::tokenizer_json_path().string()},
-      {"chat_template", "qwen3vl"},
-      {"context_length", 256},
-      {"prefill_chunk", 64},
-      {"tables",
-       {{"embed",
-         {{"file", (ck / "model.safetensors").string()}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
-      {"graphs",
-       {{"llm",
-         {{"backend", "cpu"},
-          {"kind", "qwen3vl.text_decoder"},
-          {"config", (ck / "config.json").string()},
-          {"weights", (ck / "model.safetensors").string()}}},
-        {"lm_head", lm_head}}},
-      {"stages",
-       {{{"op", "tokenize"}},
-        {{"op", "embed"}, {"table", "embed"}},
-        {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
-        {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-        {{"op", "detokenize"}}}}};
+  nlohmann::json j = test::text_plan(ck, lm_head);
+  j["name"] = "doctor-test";
   const fs::path p = dir.path() / name;
   std::ofstream(p) << j.dump(1);
   return p;

@@ -28,6 +28,7 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "test_support.hpp"
+#include "text_plan.hpp"
 
 namespace qhx {
 namespace {
@@ -344,30 +345,7 @@ TEST(QnnHtp, ManifestSelectsQnnHtpForTheLmHead) {
   const fs::path ck = checkpoint_dir();
   test::TempDir tmp;
   auto plan = [&](const nlohmann::json& lm_head) {
-    const nlohmann::json j = {
-        {"qhexrt_manifest", 1},
-        {"model", "qwen3vl"},
-        {"config", (ck / "config.json").string()},
-        {"tokenizer", test::tokenizer_json_path().string()},
-        {"chat_template", "qwen3vl"},
-        {"context_length", 256},
-        {"prefill_chunk", 64},
-        {"tables",
-         {{"embed",
-           {{"file", (ck / "model.safetensors").string()}, {"tensor", "model.language_model.embed_tokens.weight"}}}}},
-        {"graphs",
-         {{"llm",
-           {{"backend", "cpu"},
-            {"kind", "qwen3vl.text_decoder"},
-            {"config", (ck / "config.json").string()},
-            {"weights", (ck / "model.safetensors").string()}}},
-          {"lm_head", lm_head}}},
-        {"stages",
-         {{{"op", "tokenize"}},
-          {{"op", "embed"}, {"table", "embed"}},
-          {{"op", "prefill"}, {"graph", "llm"}, {"lm_head", "lm_head"}},
-          {{"op", "decode"}, {"graph", "llm"}, {"lm_head", "lm_head"}, {"table", "embed"}},
-          {{"op", "detokenize"}}}}};
+    const nlohmann::json j = test::text_plan(ck, lm_head);
     const fs::path p = tmp.path() / (lm_head["backend"].get<std::string>() + ".json");
     std::ofstream(p) << j.dump(1);
     return p;
