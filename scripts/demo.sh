@@ -16,6 +16,12 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$QHX_ROOT"
 t_start=$SECONDS
+# A bundle's image manifest of size $2: qhx_export names it after the model (docs/bundle.md).
+vlm_manifest() {
+  local found=("$1"/*-vlm-"$2".json)
+  [ -f "${found[0]}" ] || { echo "demo: $1 holds no *-vlm-$2.json manifest" >&2; exit 1; }
+  echo "${found[0]}"
+}
 bash scripts/setup.sh --demo >/dev/null
 # The two tools the demo runs: from the test build when there is one, else from a lean build
 # without the tests and benchmarks.
@@ -42,6 +48,7 @@ if [ -z "$model" ]; then
   bundle="$QHX_CACHE/bundles/toy-w8"
   echo "== export $model -> $bundle (w8, 96x96 images), with the export gate"
   "$bin/bin/qhx_export" --hf "$model" --out "$bundle" --weights w8 --image-size 96 --verify --quiet
+  vlm="$(vlm_manifest "$bundle" 96)"
   images="$(mktemp -d)"
   trap 'rm -rf "$images"' EXIT
   seed=$(( $(date +%s) % 100000 + 1000 ))  # fresh scenes each run; training never uses these seeds
@@ -53,12 +60,12 @@ if [ -z "$model" ]; then
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["image"] == sys.argv[2] and r["kind"] == "caption": print(r["answer"])' "$images/tasks.jsonl" "000$i.png")"
-    ours="$("$bin/bin/qhx_generate" "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$img" 2>/dev/null)"
+    ours="$("$bin/bin/qhx_generate" "$vlm" cpu - "$bundle" 40 'Describe this image.' "$img" 2>/dev/null)"
     echo "   image $i   true caption: $truth"
     echo "             QHexRT:       $ours"
   done
   echo "== the same, with its timings (image 0)"
-  "$bin/bin/qhx_generate" "$bundle/qwen3vl-2b-vlm-96.json" cpu - "$bundle" 40 'Describe this image.' "$images/0000.png"
+  "$bin/bin/qhx_generate" "$vlm" cpu - "$bundle" 40 'Describe this image.' "$images/0000.png"
   echo "== demo done in $((SECONDS - t_start)) s"
   exit 0
 fi
@@ -67,4 +74,4 @@ bundle="$QHX_CACHE/bundles/$(basename "$model")-w8"
 echo "== export $model -> $bundle (w8), with the export gate"
 "$bin/bin/qhx_export" --hf "$model" --out "$bundle" --weights w8 --verify --quiet
 echo "== caption assets/sample.png (the seed's command line, CPU backend)"
-"$bin/bin/qhx_generate" "$bundle/qwen3vl-2b-vlm-512.json" cpu - "$bundle" 32 'Describe this image.' assets/sample.png
+"$bin/bin/qhx_generate" "$(vlm_manifest "$bundle" 512)" cpu - "$bundle" 32 'Describe this image.' assets/sample.png

@@ -1,5 +1,7 @@
 #include "export/bundle_manifests.hpp"
 
+#include <utility>
+
 #include "common/durable_file.hpp"
 #include "qhexrt/error.hpp"
 #include "runtime/manifest.hpp"
@@ -23,6 +25,27 @@ BundleFiles bundle_file_names(const std::string& weights, std::int64_t image_siz
   f.image_size = image_size;
   f.weights = weights;
   return f;
+}
+
+std::string model_name(std::string_view family, std::uint64_t parameters) {
+  std::string label = std::to_string(parameters);
+  for (const auto& [unit, letter] : {std::pair<std::uint64_t, const char*>{1'000'000'000'000, "t"},
+                                     {1'000'000'000, "b"},
+                                     {1'000'000, "m"},
+                                     {1'000, "k"}})
+    if (parameters >= unit) {
+      label = std::to_string(parameters / unit) + letter;
+      break;
+    }
+  return std::string(family) + "-" + label;
+}
+
+std::string vlm_manifest_name(const BundleFiles& f) {
+  return f.model + "-vlm-" + std::to_string(f.image_size) + ".json";
+}
+
+std::string text_manifest_name(const BundleFiles& f) {
+  return f.model + "-text-" + std::to_string(f.image_size) + ".json";
 }
 
 namespace {

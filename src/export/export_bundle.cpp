@@ -19,6 +19,7 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/hf_config.hpp"
 #include "qhexrt/safetensors.hpp"
+#include "qwen3vl/family.hpp"
 
 namespace qhx {
 namespace {
@@ -119,6 +120,17 @@ std::uint64_t group_bytes(const Checkpoint& ck, std::string_view prefix) {
   return n;
 }
 
+// The checkpoint's stored parameters (a tied lm-head is stored once, as transformers counts it).
+std::uint64_t parameter_count(const Checkpoint& ck) {
+  std::uint64_t n = 0;
+  for (const auto& name : ck.names()) {
+    std::uint64_t elements = 1;
+    for (const std::int64_t d : ck.get(name).shape) elements *= static_cast<std::uint64_t>(d);
+    n += elements;
+  }
+  return n;
+}
+
 }  // namespace
 
 void check_cancelled(const ExportOptions& o) {
@@ -162,6 +174,7 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   WrittenFiles out;
   BundleFiles& files = out.names;
   files = bundle_file_names(o.weights, o.image_size);
+  files.model = model_name(qwen3vl::Family(cfg).name(), parameter_count(ck));
   files.context = o.context;
   files.prefill_chunk = o.prefill_chunk;
   files.kv_cache = o.kv_cache;
@@ -234,9 +247,8 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
     files.chat_template = "chat_template.jinja";
     out.digests[files.chat_template] = write_file_durably(dir / files.chat_template, tmpl->source());
   }
-  const std::string size = std::to_string(o.image_size);
-  out.vlm_manifest = "qwen3vl-2b-vlm-" + size + ".json";
-  out.text_manifest = "qwen3vl-2b-text-" + size + ".json";
+  out.vlm_manifest = vlm_manifest_name(files);
+  out.text_manifest = text_manifest_name(files);
   out.digests[out.vlm_manifest] = write_manifest(dir / out.vlm_manifest, vlm_manifest(files, hf));
   out.digests[out.text_manifest] = write_manifest(dir / out.text_manifest, text_manifest(files, hf));
   return out;

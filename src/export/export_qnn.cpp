@@ -144,6 +144,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     const nlohmann::json desc = read_json(dir / "qnn_graphs.json");
 
     BundleFiles files = bundle_file_names("w8", o.image_size);
+    files.model = cpu_files.names.model;
     files.context = o.context;
     files.prefill_chunk = o.prefill_chunk;
     std::vector<std::string> host{files.embed,     files.patch_embed, files.patch_bias,
@@ -158,8 +159,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     }
     fs::remove_all(w8);
 
-    const std::string size = std::to_string(o.image_size);
-    const std::string vlm = "qwen3vl-2b-vlm-" + size + ".json", text = "qwen3vl-2b-text-" + size + ".json";
+    const std::string vlm = vlm_manifest_name(files), text = text_manifest_name(files);
     stage.record(vlm, write_manifest(dir / vlm, qnn_vlm_manifest(files, hf, desc)));
     stage.record(text, write_manifest(dir / text, qnn_text_manifest(files, hf, desc)));
     check_cancelled(o);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "export/bundle_manifests.hpp"
 #include "export/out_dir.hpp"
 #include "export/staged_bundle.hpp"
 #include "formats/staging_names.hpp"
@@ -179,3 +180,17 @@ TEST(OutDir, AcceptsEmptyFoldersOlderBundlesTrailingSlashesAndLinks) {
 
 }  // namespace
 }  // namespace qhx
+
+TEST(BundleNames, TheModelIsItsFamilyAndParametersRoundedDown) {
+  EXPECT_EQ(qhx::model_name("qwen3vl", 2'127'532'032), "qwen3vl-2b");  // Qwen3-VL-2B's shapes
+  EXPECT_EQ(qhx::model_name("qwen3vl", 8'767'123'696), "qwen3vl-8b");  // down, not to the nearest (9b)
+  EXPECT_EQ(qhx::model_name("qwen3vl", 44'117'504), "qwen3vl-44m");
+  EXPECT_EQ(qhx::model_name("qwen3vl", 999'999), "qwen3vl-999k");
+  EXPECT_EQ(qhx::model_name("qwen3vl", 1'000), "qwen3vl-1k");
+  EXPECT_EQ(qhx::model_name("qwen3vl", 999), "qwen3vl-999");
+  EXPECT_EQ(qhx::model_name("qwen3vl", 1'500'000'000'000), "qwen3vl-1t");
+  qhx::BundleFiles f = qhx::bundle_file_names("w8", 256);
+  f.model = "qwen3vl-44m";
+  EXPECT_EQ(qhx::vlm_manifest_name(f), "qwen3vl-44m-vlm-256.json");
+  EXPECT_EQ(qhx::text_manifest_name(f), "qwen3vl-44m-text-256.json");
+}

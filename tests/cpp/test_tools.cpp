@@ -115,6 +115,9 @@ std::filesystem::path copy_checkpoint(const test::TempDir& dir) {
   return out;
 }
 
+// The manifests of tiny_a's bundles are named after its 12,473,024 stored parameters (docs/bundle.md).
+const std::string kTinyText = "qwen3vl-12m-text-512.json", kTinyVlm = "qwen3vl-12m-vlm-512.json";
+
 std::string quoted(const std::filesystem::path& p) {
   std::string out = "'";
   out += p.string();
@@ -251,11 +254,10 @@ TEST(QhxExport, BundleRunsAndVerifies) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("verify: passed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("llm_shared_512.bin"), std::string::npos) << r.out;
-  const ToolRun g =
-      run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
+  const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / kTinyText) + " -p Hi -n 3 --json", "");
   EXPECT_EQ(g.status, 0) << g.err;
   // A quantized bundle's decoder keeps its KV cache in f16 and computes on the int8 path.
-  for (const char* m : {"qwen3vl-2b-text-512.json", "qwen3vl-2b-vlm-512.json"}) {
+  for (const std::string& m : {kTinyText, kTinyVlm}) {
     const auto plan = nlohmann::json::parse(std::ifstream(out / m));
     EXPECT_EQ(plan.at("qhexrt_manifest"), kManifestVersion) << m;
     EXPECT_EQ(plan.at("graphs").at("llm").at("kv_cache"), "f16") << m;
@@ -301,8 +303,7 @@ TEST(QhxExport, W4LmHead) {
       EXPECT_EQ(file.get("lm_head.weight").dtype, DType::U8);
     else  // w8: the panel form (docs/bundle.md)
       EXPECT_EQ(file.get("lm_head.weight.panels").dtype, DType::I8);
-    const ToolRun g =
-        run_tool("qhx_generate", "-m " + quoted(out / "qwen3vl-2b-text-512.json") + " -p Hi -n 3 --json", "");
+    const ToolRun g = run_tool("qhx_generate", "-m " + quoted(out / kTinyText) + " -p Hi -n 3 --json", "");
     EXPECT_EQ(g.status, 0) << g.err;
   }
 }
@@ -310,7 +311,7 @@ TEST(QhxExport, W4LmHead) {
 TEST(QhxGenerate, CorruptBundles) {
   test::TempDir dir;
   const auto bundle = export_tiny_bundle(dir);
-  const auto text = quoted(bundle / "qwen3vl-2b-text-512.json");
+  const auto text = quoted(bundle / kTinyText);
   const auto llm = bundle / "llm_shared_512.bin";
   const std::string good = test::read_file(llm);
 
@@ -338,20 +339,19 @@ TEST(QhxGenerate, BundleShapesMustMatchTheConfig) {
   auto config = nlohmann::json::parse(test::read_file(bundle / "config.json"));
   config["text_config"]["intermediate_size"] = 256;
   std::ofstream(bundle / "config.json") << config.dump();
-  expect_generate_error("-m " + quoted(bundle / "qwen3vl-2b-text-512.json") + " -p Hi -n 2", {"shape", "mlp"});
+  expect_generate_error("-m " + quoted(bundle / kTinyText) + " -p Hi -n 2", {"shape", "mlp"});
 }
 
 TEST(QhxGenerate, ImageErrors) {
   test::TempDir dir;
   const auto bundle = export_tiny_bundle(dir);
-  const auto vlm = quoted(bundle / "qwen3vl-2b-vlm-512.json");
+  const auto vlm = quoted(bundle / kTinyVlm);
   const auto not_image = dir.write("notes.png", "this is text, not a picture\n");
   expect_generate_error("-m " + vlm + " -p Hi -n 2 -i " + quoted(not_image), {"notes.png"});
   expect_generate_error("-m " + vlm + " -p Hi -n 2 -i /nonexistent/photo.jpg", {"/nonexistent/photo.jpg"});
   // An image given to the text-only manifest.
   const auto ppm = dir.write("tiny.ppm", std::string("P6\n2 2\n255\n") + std::string(12, '\x80'));
-  expect_generate_error("-m " + quoted(bundle / "qwen3vl-2b-text-512.json") + " -p Hi -n 2 -i " + quoted(ppm),
-                        {"no image stages"});
+  expect_generate_error("-m " + quoted(bundle / kTinyText) + " -p Hi -n 2 -i " + quoted(ppm), {"no image stages"});
   // A header claiming 100,000 x 100,000 pixels is refused before decoding.
   const auto huge = dir.write("huge.ppm", "P6\n100000 100000\n255\n" + std::string(64, '\0'));
   expect_generate_error("-m " + vlm + " -p Hi -n 2 -i " + quoted(huge), {"huge.ppm"});

@@ -102,7 +102,7 @@ def safetensors_seeds() -> None:
 # --- JSON documents -----------------------------------------------------------
 
 def manifest_seeds() -> None:
-    for f in sorted((CACHE / "bundles").glob("*/qwen3vl-2b-*.json"))[:2]:
+    for f in sorted((CACHE / "bundles").glob("*/qwen3vl-*.json"))[:2]:
         put("fuzz_manifest", f.name, f.read_bytes())
     put("fuzz_manifest", "minimal.json", json.dumps({
         "qhexrt_manifest": 1, "model": "qwen3vl", "config": "config.json", "tokenizer": "tokenizer.json",

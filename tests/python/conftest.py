@@ -59,6 +59,34 @@ def run_tool(name: str, args: list[str], stdin: bytes, timeout: float = TOOL_TIM
                           timeout=timeout, check=False)
 
 
+def model_name(checkpoint: Path) -> str:
+    """What qhx_export names a bundle of `checkpoint` after (docs/bundle.md): "qwen3vl-" and the
+    parameter count of its safetensors headers, rounded down in the largest of k, m, b, t."""
+    import struct
+    n = 0
+    for f in checkpoint.glob("*.safetensors"):
+        with f.open("rb") as fh:
+            header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+        for name, t in header.items():
+            if name != "__metadata__":
+                count = 1
+                for d in t["shape"]:
+                    count *= d
+                n += count
+    for unit, letter in ((10**12, "t"), (10**9, "b"), (10**6, "m"), (10**3, "k")):
+        if n >= unit:
+            return f"qwen3vl-{n // unit}{letter}"
+    return f"qwen3vl-{n}"
+
+
+def bundle_manifest(bundle: Path, kind: str) -> Path:
+    """The bundle's one manifest of `kind` ("vlm" or "text"): qhx_export names them after the
+    model (docs/bundle.md), "<model>-<kind>-<image size>.json"."""
+    found = sorted(bundle.glob(f"*-{kind}-*.json"))
+    assert len(found) == 1, f"{bundle}: want one {kind} manifest, found {[p.name for p in found]}"
+    return found[0]
+
+
 def split_lines(out: bytes) -> list[str]:
     """Output lines, split on b'\\n' only (str.splitlines would also split on U+2028,
     U+0085, \\x1c.. inside raw UTF-8 JSON strings). A final newline ends the last line."""

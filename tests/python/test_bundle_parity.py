@@ -24,7 +24,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-from conftest import REPO_ROOT, rowwise_cosine, tool_path
+from conftest import REPO_ROOT, bundle_manifest, model_name, rowwise_cosine, tool_path
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -77,7 +77,7 @@ def figures(kind: str, case: str, meta: dict, ref: dict, bundle: Path, tmp: Path
     forced = ",".join(str(t) for t in ref["greedy_tokens"].tolist())
     n = str(len(ref["greedy_tokens"]))
     if kind == "text":
-        args = ["-m", str(bundle / "qwen3vl-2b-text-512.json"), "-p", meta["prompt"], "-n", n]
+        args = ["-m", str(bundle_manifest(bundle, "text")), "-p", meta["prompt"], "-n", n]
         if meta["mode"] == "raw":
             args.append("--raw")
         if meta.get("system"):
@@ -91,7 +91,7 @@ def figures(kind: str, case: str, meta: dict, ref: dict, bundle: Path, tmp: Path
                 images += ["-i", str(images_dir / item["image"])]
             else:
                 prompt += item["text"]
-        args = ["-m", str(bundle / "qwen3vl-2b-vlm-512.json"), "-p", prompt, *images, "--resize", "native", "-n", n]
+        args = ["-m", str(bundle_manifest(bundle, "vlm")), "-p", prompt, *images, "--resize", "native", "-n", n]
     result, dumps = run([*args, "--force-tokens", forced], tmp)
     assert result["prompt_tokens"] == ref["input_ids"].tolist()
     prompt_logits, step_logits = np.load(tmp / "prompt.npy"), np.load(tmp / "step.npy")
@@ -165,7 +165,7 @@ def test_row_layout_equals_the_panel_form(bundles, kind, case, tmp_path):
 @pytest.mark.parametrize("config", CONFIGS + TF5_CONFIGS)
 def test_f32_bundle_generates_the_fp32_continuation(bundles, config, tmp_path):
     meta, ref = load_case(config, "text", "chat_capital")
-    result, _ = run(["-m", str(bundles[(config, "f32")] / "qwen3vl-2b-text-512.json"), "-p", meta["prompt"],
+    result, _ = run(["-m", str(bundle_manifest(bundles[(config, "f32")], "text")), "-p", meta["prompt"],
                      "-n", str(len(ref["greedy_tokens"]))], tmp_path)
     assert result["tokens"] == ref["greedy_tokens"].tolist()
 
@@ -173,12 +173,13 @@ def test_f32_bundle_generates_the_fp32_continuation(bundles, config, tmp_path):
 def test_bundle_files_and_sizes(bundles):
     for (config, weights), bundle in bundles.items():
         names = sorted(p.name for p in bundle.iterdir())
+        model = model_name(build_all.reference_dir(config) / "checkpoint")
         for want in ("vis_native_512.bin", "llm_shared_512.bin", "lmhead_wqo.bin", "vis_patch_embed_f32.bin",
                      "vis_patch_embed_bias_f32.bin", "vis_pos_embed_f32.bin", "tokenizer.json",
-                     "qwen3vl-2b-vlm-512.json", "qwen3vl-2b-text-512.json"):
+                     f"{model}-vlm-512.json", f"{model}-text-512.json"):
             assert want in names, (config, weights, want)
         assert ("embed_f32.bin" if weights == "f32" else "embed_f16.bin") in names
-        plan = json.loads((bundle / "qwen3vl-2b-text-512.json").read_text())
+        plan = json.loads(bundle_manifest(bundle, "text").read_text())
         want_kv = {"w8+kv8": "i8", "w8": "f16", "w4": "f16"}.get(weights)
         assert plan["graphs"]["llm"].get("kv_cache") == want_kv, (config, weights)
     for config in CONFIGS:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tool_path
+from conftest import bundle_manifest, tool_path
 from export_util import CHECKPOINT, check, copy_bundle, export, leftovers, tree
 
 
@@ -67,16 +67,18 @@ DAMAGE = {"flipped": (flip_a_byte, "XXH3-128 differs"), "truncated": (truncate, 
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-@pytest.mark.parametrize("name", ["llm_shared_512.bin", "qwen3vl-2b-text-512.json"])
+@pytest.mark.parametrize("name", ["llm_shared_512.bin", "text manifest"])
 def test_damage_fails_the_check_naming_the_file(bundle, name, damage):
     do, says = DAMAGE[damage]
+    if name == "text manifest":
+        name = bundle_manifest(bundle, "text").name
+    target = bundle_manifest(bundle, "vlm")
     do(bundle / name)
     p = check(bundle)
     err = p.stderr.decode(errors="replace")
     assert p.returncode == 1 and str(bundle / name) in err and says in err, err
     # The doctor, pointed at the folder or at a manifest in it, says the same (the manifest
     # itself may be what is missing: then the folder).
-    target = bundle / "qwen3vl-2b-vlm-512.json"
     status, report = doctor(target)
     assert status == 1
     assert any(str(bundle / name) in prob and says in prob for prob in report["problems"]), report["problems"]

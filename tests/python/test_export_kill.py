@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bundle_manifest
 from export_util import (check, copy_bundle, export, export_args, generate, kill, leftovers, start_paused, tree)
 
 BEFORE_PUBLISH = ["staged", "writing", "written", "publish"]
@@ -40,7 +41,7 @@ def old_bundle(tmp_path_factory) -> Path:
 def assert_new_bundle(out: Path) -> None:
     c = check(out)
     assert c.returncode == 0, c.stderr.decode(errors="replace")
-    manifest = json.loads((out / "qwen3vl-2b-text-512.json").read_text())
+    manifest = json.loads(bundle_manifest(out, "text").read_text())
     assert manifest["name"].endswith("-w8"), manifest["name"]
 
 

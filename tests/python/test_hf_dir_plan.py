@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import REPO_ROOT, tool_path
+from conftest import REPO_ROOT, bundle_manifest, tool_path
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -178,7 +178,7 @@ def test_export_records_both_files(reference, tmp_path):
                            "--quiet"], capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     for kind in ("vlm", "text"):
-        m = json.loads((out / f"qwen3vl-2b-{kind}-512.json").read_text())
+        m = json.loads(bundle_manifest(out, kind).read_text())
         assert m["sampling"] == {"greedy": False, "temperature": 0.6, "top_k": 5, "top_p": 1.0, "min_p": 0.0,
                                  "repetition_penalty": 1.0}, kind
         assert m["stop_token_ids"] == [151645, 7] and m["stop_tokens"] == [], kind
@@ -187,5 +187,5 @@ def test_export_records_both_files(reference, tmp_path):
     # The bundle's plan runs, and stops on the recorded ids.
     ref = load_file(str(reference / "text_chat_capital.safetensors"))
     meta = json.loads((reference / "text_chat_capital.json").read_text())
-    result = generate(["-m", str(out / "qwen3vl-2b-text-512.json"), "-p", meta["prompt"], "-n", "4", "--temp", "0"])
+    result = generate(["-m", str(bundle_manifest(out, "text")), "-p", meta["prompt"], "-n", "4", "--temp", "0"])
     assert result["tokens"] == ref["greedy_tokens"].tolist()[:4]

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import REPO_ROOT, rowwise_cosine, tool_path
+from conftest import REPO_ROOT, bundle_manifest, rowwise_cosine, tool_path
 import export_util  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
@@ -50,7 +50,7 @@ def export(ckpt: Path, out: Path, weights: str, smoothing: str, verify: bool = F
 
 def with_activations(bundle: Path, activations: str) -> Path:
     """The bundle's text manifest with every graph's "activations" set (a copy beside it)."""
-    return export_util.with_activations(bundle / "qwen3vl-2b-text-512.json", activations,
+    return export_util.with_activations(bundle_manifest(bundle, "text"), activations,
                                         bundle / f"text-{activations}.json")
 
 

@@ -24,13 +24,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, cache_dir, tool_path
+from conftest import REPO_ROOT, cache_dir, model_name, tool_path
 import export_util  # noqa: E402
 
 STEPS = 16
 IMAGE = REPO_ROOT / "assets" / "sample.png"
 PROMPTS = {"vlm": "Describe this image.", "text": "What is the capital of France?"}
 MIN_COSINE = 0.9999
+
+
+def seed_manifest(cfg: str, kind: str) -> str:
+    """The file name qhx_export gives the manifest of `kind` of cfg's bundles here (docs/bundle.md)."""
+    return f"{model_name(cache_dir() / 'reference' / cfg / 'checkpoint')}-{kind}-256.json"
 
 
 def qnn_bundle(cfg: str) -> Path:
@@ -61,7 +66,7 @@ def cpu_bundles(tmp_path_factory) -> dict[str, Path]:
                             "--context", "384", "-q"], capture_output=True, check=False)
         assert p.returncode == 0, p.stderr.decode()
         for kind in ("vlm", "text"):
-            export_util.with_activations(d / f"qwen3vl-2b-{kind}-256.json", "f32", d / f"{kind}-f32.json")
+            export_util.with_activations(d / seed_manifest(cfg, kind), "f32", d / f"{kind}-f32.json")
         out[cfg] = d
     return out
 
@@ -82,7 +87,7 @@ def test_seed_command_follows_the_cpu_backend(cfg, kind, cpu_bundles, tmp_path):
                          "--dump-logits", str(tmp_path / "cpu.npy"), "--dump-dir", str(cpu_dir)]))
     tokens = cpu["tokens"]
     assert len(tokens) == STEPS
-    qnn = last_json(run([f"qwen3vl-2b-{kind}-256.json", "libQnnHtp.so", "libQnnSystem.so", str(bundle), str(STEPS),
+    qnn = last_json(run([seed_manifest(cfg, kind), "libQnnHtp.so", "libQnnSystem.so", str(bundle), str(STEPS),
                          PROMPTS[kind], *image, "--temp", "0", "--json",
                          "--force-tokens", ",".join(map(str, tokens)),
                          "--dump-logits", str(tmp_path / "qnn.npy"), "--dump-dir", str(qnn_dir)]))
@@ -117,8 +122,8 @@ def test_free_running_seed_command_gives_the_cpu_greedy_tokens(cpu_bundles):
     cpu = last_json(run(["-m", str(cpu_bundles["tiny_a"] / "vlm-f32.json"), "-p", PROMPTS["vlm"], "--image", str(IMAGE),
                          "-n", "8", "--temp", "0", "--json"]))
     env_cwd = bundle  # the card runs it from the bundle folder: DIR is "."
-    p = subprocess.run([str(tool_path("qhx_generate")), "qwen3vl-2b-vlm-256.json", "libQnnHtp.so", "libQnnSystem.so",
-                        ".", "8", PROMPTS["vlm"], str(IMAGE), "--temp", "0", "--json"], cwd=env_cwd,
+    p = subprocess.run([str(tool_path("qhx_generate")), seed_manifest("tiny_a", "vlm"), "libQnnHtp.so",
+                        "libQnnSystem.so", ".", "8", PROMPTS["vlm"], str(IMAGE), "--temp", "0", "--json"], cwd=env_cwd,
                        capture_output=True, timeout=900, check=False, env=dict(os.environ))
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
     assert last_json(p)["tokens"] == cpu["tokens"]
@@ -128,10 +133,10 @@ def test_the_bundle_holds_the_seed_files_and_every_graph_is_on_the_htp():
     bundle = qnn_bundle("tiny_a")
     for f in ("vis_native_256.bin", "lmhead_wqo.bin", "embed_f16.bin", "vis_patch_embed_f32.bin",
               "vis_patch_embed_bias_f32.bin", "vis_pos_embed_f32.bin", "tokenizer.json",
-              "qwen3vl-2b-vlm-256.json", "qwen3vl-2b-text-256.json"):
+              seed_manifest("tiny_a", "vlm"), seed_manifest("tiny_a", "text")):
         assert (bundle / f).is_file(), f
     for kind in ("vlm", "text"):
-        m = json.loads((bundle / f"qwen3vl-2b-{kind}-256.json").read_text())
+        m = json.loads((bundle / seed_manifest("tiny_a", kind)).read_text())
         assert {g["backend"] for g in m["graphs"].values()} == {"qnn-htp"}, kind
     desc = json.loads((bundle / "qnn_graphs.json").read_text())
     assert desc["soc_model"] == 69 and desc["htp_arch"] == 79
@@ -146,16 +151,17 @@ def bundle_copy(tmp_path: Path, edit) -> Path:
     for f in src.iterdir():
         if f.is_file():
             (tmp_path / f.name).symlink_to(f)
-    m = json.loads((src / "qwen3vl-2b-vlm-256.json").read_text())
+    name = seed_manifest("tiny_a", "vlm")
+    m = json.loads((src / name).read_text())
     edit(m, tmp_path)
-    (tmp_path / "qwen3vl-2b-vlm-256.json").unlink()
-    (tmp_path / "qwen3vl-2b-vlm-256.json").write_text(json.dumps(m))
+    (tmp_path / name).unlink()
+    (tmp_path / name).write_text(json.dumps(m))
     return tmp_path
 
 
 def seed_fails(bundle: Path, *needles: str, libs=("libQnnHtp.so", "libQnnSystem.so"), prompt=PROMPTS["vlm"],
                image=True) -> str:
-    p = subprocess.run([str(tool_path("qhx_generate")), "qwen3vl-2b-vlm-256.json", *libs, str(bundle), "4", prompt,
+    p = subprocess.run([str(tool_path("qhx_generate")), seed_manifest("tiny_a", "vlm"), *libs, str(bundle), "4", prompt,
                         *([str(IMAGE)] if image else [])], capture_output=True, timeout=600, check=False)
     err = p.stderr.decode(errors="replace")
     assert p.returncode != 0, err
@@ -228,7 +234,7 @@ def test_a_session_on_the_htp_reuses_its_cache_and_follows_the_cpu(cpu_bundles, 
         return [json.loads(line) for line in p.stdout.decode().strip().splitlines() if line.startswith("{")]
 
     cpu = turns(run(["-m", str(cpu_bundles["tiny_b"] / "text-f32.json"), *args]))
-    qnn = turns(run(["-m", str(qnn_bundle("tiny_b") / "qwen3vl-2b-text-256.json"), *args]))
+    qnn = turns(run(["-m", str(qnn_bundle("tiny_b") / seed_manifest("tiny_b", "text")), *args]))
     assert len(cpu) == len(qnn) == 2
     for c, q in zip(cpu, qnn):
         assert q["prompt_tokens"] == c["prompt_tokens"]

@@ -33,7 +33,7 @@ from safetensors.numpy import load_file
 
 import test_image_parity
 import test_text_parity
-from conftest import REPO_ROOT, check_close, split_lines, tool_path
+from conftest import REPO_ROOT, bundle_manifest, check_close, split_lines, tool_path
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import build_all  # noqa: E402
@@ -248,7 +248,7 @@ def test_fresh_runs_equal_the_replay_bit_for_bit_on_a_w8_bundle(references, tmp_
     proc = subprocess.run([str(tool_path("qhx_export")), "--hf", str(root / "checkpoint"), "--out", str(bundle),
                            "--weights", "w8", "--kv-cache", kv_cache, "--quiet"], capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    assert json.loads((bundle / "qwen3vl-2b-text-512.json").read_text())["graphs"]["llm"]["kv_cache"] == kv_cache
+    assert json.loads(bundle_manifest(bundle, "text").read_text())["graphs"]["llm"]["kv_cache"] == kv_cache
     steps = tmp_path / "replay_steps.npy"
     proc = generate(["-m", str(bundle), "--messages", str(root / meta["replay_messages_file"]), "--replay",
                      *greedy_args(meta["max_new_tokens"]), "--dump-logits", str(steps)])

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, cache_dir, tool_path
+from conftest import REPO_ROOT, bundle_manifest, cache_dir, tool_path
 import export_util  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
@@ -93,7 +93,7 @@ def export(ckpt: Path, out: Path, *extra: str) -> Path:
 
 
 def manifest(bundle: Path, activations: str | None = None) -> Path:
-    path = bundle / f"qwen3vl-2b-vlm-{toy_task.SIZE}.json"
+    path = bundle_manifest(bundle, "vlm")
     if activations is None:
         return path
     return export_util.with_activations(path, activations, bundle / f"vlm-{activations}.json")
