@@ -30,16 +30,10 @@ std::string prompt_of(const qhx::Tokenizer& tok, std::int64_t n) {
   return text;
 }
 
-qhx::PipelineOptions options(const BenchSetup& b) {
-  qhx::PipelineOptions o;
-  o.weights_in_memory = b.weights_in_memory;
-  return o;
-}
-
 // The text plan over a larger context (and a KV cache of another dtype): PipelineOptions'
 // overrides, checked as the manifest's own keys would be.
 qhx::Pipeline open_long_context(const BenchSetup& b, std::int64_t context, const std::string& kv_cache = "") {
-  qhx::PipelineOptions o = options(b);
+  qhx::PipelineOptions o = b.options;
   o.context_length = context;
   if (!kv_cache.empty()) o.kv_cache = kv_cache;
   return qhx::Pipeline::open(b.text_manifest, o);
@@ -209,7 +203,7 @@ CaptionFigures measure_caption(const BenchSetup& b) {
   log("open " + b.vlm_manifest.string());
   // Without the image-feature cache: every run encodes the image again (with it, runs
   // after the first would take the features from the cache and time no vision at all).
-  qhx::PipelineOptions no_image_cache = options(b);
+  qhx::PipelineOptions no_image_cache = b.options;
   no_image_cache.image_cache_mb = 0;
   qhx::Pipeline p = qhx::Pipeline::open(b.vlm_manifest, no_image_cache);
   CaptionFigures f;
@@ -236,7 +230,7 @@ CaptionFigures measure_caption(const BenchSetup& b) {
 
 std::vector<double> measure_prefill(const BenchSetup& b, std::int64_t tokens) {
   log("open " + b.text_manifest.string());
-  qhx::Pipeline p = qhx::Pipeline::open(b.text_manifest, options(b));
+  qhx::Pipeline p = qhx::Pipeline::open(b.text_manifest, b.options);
   warm_up(p);
   const std::string prompt = prompt_of(p.tokenizer(), tokens);
   std::vector<double> ms;

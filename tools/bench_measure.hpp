@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "qhexrt/pipeline.hpp"
+
 namespace qhx_bench {
 
 using nlohmann::json;
@@ -22,7 +24,7 @@ struct BenchSetup {
   std::string image;  // for the vision and TTFT figures
   int runs = 3, threads_used = 1;
   std::int64_t decode_steps = 16;
-  bool weights_in_memory = false;
+  qhx::PipelineOptions options;  // what every pipeline opens with (the tools' runtime flags)
 };
 
 void log(const std::string& line);  // progress, to stderr

@@ -40,6 +40,7 @@
 // path (w8 weights, "activations": "int8", the default), else the fp32 FMA peak.
 // Progress goes to stderr; stdout has the table, or with --json one JSON object.
 #include "cli/cli.hpp"
+#include "cli/model_flags.hpp"
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -70,9 +71,10 @@ constexpr std::int64_t kPrefillTokens = 320;
 
 struct Flags {
   std::string bundle, roofline, image = "assets/sample.png";
-  int runs = 0, threads = 0;
+  int runs = 0;
   std::int64_t decode_steps = 0, long_context = 0;
-  bool quick = false, as_json = false, bandwidth_probe = false, weights_in_memory = false;
+  bool quick = false, as_json = false, bandwidth_probe = false;
+  qhx_cli::RuntimeFlags runtime;  // --threads, --weights-in-memory, --image-cache-mb
 };
 
 std::string default_bundle() {
@@ -98,16 +100,13 @@ void add_flags(qhx_cli::App& app, Flags& f) {
       ->check(qhx_cli::PositiveNumber);
   app.add_option("--decode-steps", f.decode_steps, "forced decode steps per decode figure; default 16, 4 with --quick")
       ->check(qhx_cli::PositiveNumber);
-  app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->check(qhx_cli::NonNegativeNumber);
   app.add_option("--long-context", f.long_context,
                  "also prefill an N-token prompt and decode at N tokens of context, with the f16 and the 8-bit KV "
                  "cache (e.g. 4096; 0, the default: skip)")
       ->check(qhx_cli::NonNegativeNumber);
   app.add_flag("--quick", f.quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", f.as_json, "print one JSON object");
-  app.add_flag(
-      "--weights-in-memory", f.weights_in_memory,
-      "read the weights decode streams into memory instead of mapping them (PipelineOptions::weights_in_memory)");
+  f.runtime.add_to(app);
   app.add_flag("--bandwidth-probe", f.bandwidth_probe,
                "only measure the read bandwidth now with --threads threads and print GB/s (what the decode "
                "figures are also compared with, run just before and after each)");
@@ -116,7 +115,7 @@ void add_flags(qhx_cli::App& app, Flags& f) {
 BenchSetup setup_from(const Flags& f) {
   BenchSetup b;
   std::string warning;
-  b.threads_used = qhx::set_threads(f.threads, &warning);
+  b.threads_used = qhx::set_threads(f.runtime.threads, &warning);
   if (!warning.empty()) std::fprintf(stderr, "qhx_bench: warning: %s\n", warning.c_str());
   b.dir = f.bundle;
   if (!fs::is_directory(b.dir)) qhx::fail(f.bundle, ": no such bundle directory (scripts/bench.sh builds one)");
@@ -126,7 +125,7 @@ BenchSetup setup_from(const Flags& f) {
   b.image = f.image;
   b.runs = f.runs != 0 ? f.runs : (f.quick ? 1 : 3);
   b.decode_steps = f.decode_steps != 0 ? f.decode_steps : (f.quick ? 4 : 16);
-  b.weights_in_memory = f.weights_in_memory;
+  b.options = f.runtime.pipeline_options();
   return b;
 }
 
@@ -185,8 +184,8 @@ json figures(const Flags& flags, const BenchSetup& b, const ModelCost& c, Measur
       {"bundle", fs::absolute(b.dir).string()},
       {"runs", b.runs},
       {"int8_kernel", qhx::diagnose().cpu.int8_kernel},
-      {"threads", flags.threads},
-      {"weights_in_memory", b.weights_in_memory},
+      {"threads", flags.runtime.threads},
+      {"weights_in_memory", b.options.weights_in_memory},
       {"threads_used", b.threads_used},
       {"decode_steps", b.decode_steps},
       {"vision_ms", vis},
@@ -263,7 +262,8 @@ int main(int argc, char** argv) {
   add_flags(app, flags);
   QHX_CLI_PARSE(app, argc, argv);
   if (flags.bandwidth_probe) {
-    const int threads = flags.threads > 0 ? flags.threads : static_cast<int>(std::thread::hardware_concurrency());
+    const int threads =
+        flags.runtime.threads > 0 ? flags.runtime.threads : static_cast<int>(std::thread::hardware_concurrency());
     std::printf("%.3f\n", measure_read_bandwidth(threads));
     return 0;
   }
