@@ -6,6 +6,10 @@ namespace qhx::serve {
 
 namespace {
 
+// Streamed pieces the model thread may run ahead of a slow reader.
+constexpr std::size_t kMaxUnsentPieces = 64;
+constexpr int kCancelPollMs = 20;
+
 bool same_part(const ContentPart& a, const ContentPart& b) {
   if (a.kind != b.kind) return false;
   if (a.kind == ContentPart::Kind::Text) return a.text == b.text;
@@ -50,6 +54,8 @@ bool Job::wait_text(std::string& out) {
     out += pieces.front();
     pieces.pop_front();
   }
+  lock.unlock();
+  changed.notify_all();  // the model thread may be waiting for room
   return !out.empty();
 }
 
@@ -139,10 +145,17 @@ void ModelQueue::finish(Job& job) {
   options.on_text = [&](std::string_view text) {
     if (job.cancel || cancel_running_) return false;
     if (job.request.stream) {
-      {
-        std::lock_guard<std::mutex> lock(job.mutex);
-        job.pieces.emplace_back(text);
+      // Backpressure: a reader that stops taking text stops the generation after
+      // kMaxUnsentPieces, so its write timeout (not the end of the answer) decides
+      // when the model is free again. The cancel flags are set without the lock,
+      // hence the bounded wait.
+      std::unique_lock<std::mutex> lock(job.mutex);
+      while (job.pieces.size() >= kMaxUnsentPieces) {
+        if (job.cancel || cancel_running_) return false;
+        job.changed.wait_for(lock, std::chrono::milliseconds(kCancelPollMs));
       }
+      job.pieces.emplace_back(text);
+      lock.unlock();
       job.changed.notify_all();
     }
     return true;
