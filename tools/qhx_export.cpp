@@ -1,6 +1,7 @@
 // qhx_export — a Hugging Face Qwen3-VL checkpoint -> a QHexRT bundle (docs/bundle.md).
 //
-//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--lm-head w8|w4] [--image-size 512]
+//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--w4-block 64|32] [--lm-head w8|w4]
+//              [--image-size 512]
 //              [--prefill-chunk 320] [--context N] [--target cpu|qnn-htp] [--soc SM8750] [--verify]
 //   qhx_export --check BUNDLE     (its files against its checksums.json; exit 0 when all match)
 #include "cli/cli.hpp"
@@ -59,8 +60,11 @@ int main(int argc, char** argv) {
           ->excludes(out_opt);
   hf_opt->required_unless(check_opt);
   out_opt->required_unless(check_opt);
-  app.add_option("--weights", o.weights, "weight format: w8 (int8 per channel), w4 (int4, group 32), f16, f32")
+  app.add_option("--weights", o.weights,
+                 "weight format: w8 (int8 per channel), w4 (int4, low-power block quantization), f16, f32")
       ->check(qhx_cli::IsMember({"w8", "w4", "f16", "f32"}));
+  app.add_option("--w4-block", o.w4_block, "columns per w4 block: 64 (the default) or 32")
+      ->check(qhx_cli::IsMember({"32", "64"}));
   app.add_option("--lm-head", o.lm_head,
                  "lm-head format in a w8 or w4 bundle: w8 (the default) or w4 (fewer bytes per decoded token)")
       ->check(qhx_cli::IsMember({"w8", "w4"}));

@@ -19,8 +19,11 @@ namespace qhx {
 struct ExportOptions {
   std::filesystem::path hf_dir;  // config.json, model.safetensors(.index.json), tokenizer.json
   std::filesystem::path out_dir;
-  std::string weights = "w8";     // w8 | w4 | f16 | f32
-  std::string lm_head;            // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
+  std::string weights = "w8";  // w8 | w4 | f16 | f32
+  std::string lm_head;         // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
+  // Columns per block of a w4 matrix (docs/bundle.md, "w4"): 64 or 32. A CPU bundle stores a
+  // matrix whose input features are not a multiple of it as w8; a qnn-htp export refuses it.
+  std::int64_t w4_block = 64;
   std::int64_t image_size = 512;  // fixed resize of the VLM manifest; names the files
   std::int64_t prefill_chunk = 320;
   std::int64_t context = 1024;

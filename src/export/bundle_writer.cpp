@@ -80,6 +80,11 @@ BundleWriter::BundleWriter(fs::path path, std::map<std::string, std::string> met
   const auto f = parse_weight_format(weights->second);
   if (!f) fail(path_.string(), ": bundle metadata \"weights\": '", weights->second, "' is not w8, w4, f16 or f32");
   weights_ = *f;
+  if (const auto b = metadata_.find("w4_block"); b != metadata_.end()) {
+    if (b->second != "32" && b->second != "64")
+      fail(path_.string(), ": bundle metadata \"w4_block\": '", b->second, "' is not 32 or 64");
+    w4_block_ = std::stoi(b->second);
+  }
   if (metadata_.count("qhexrt_bundle") != 0)
     fail(path_.string(), ": bundle metadata \"qhexrt_bundle\" is set by the writer (the version its tensors need)");
 }
@@ -217,17 +222,19 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
                         RowSource rows_of) {
   if (rows < 0 || cols < 0) fail(w.path().string(), ": matrix '", name, "': negative shape [", rows, ", ", cols, "]");
   if (!rows_of) fail(w.path().string(), ": matrix '", name, "' has no row source");
-  const WeightFormat sf = matrix_storage_format(f, cols);
+  const std::int64_t block = w.w4_block();
+  const WeightFormat sf = matrix_storage_format(f, cols, block);
   const auto ucols = static_cast<std::size_t>(cols);
   // The scales are computed with the matrix and written right after it.
   struct Shared {
     RowSource rows_of;
     std::vector<float> scales;
+    std::vector<float> channel_scales;  // w4
     bool ready = false;
   };
-  auto shared = std::make_shared<Shared>(Shared{std::move(rows_of), {}, false});
+  auto shared = std::make_shared<Shared>(Shared{std::move(rows_of), {}, {}, false});
 
-  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols), [shared, sf, rows, cols, ucols](ByteSink& sink) {
+  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols), [shared, sf, rows, cols, ucols, block](ByteSink& sink) {
     std::vector<float> row(ucols);
     std::vector<std::uint8_t> bytes(sf == WeightFormat::F32   ? ucols * 4
                                     : sf == WeightFormat::F16 ? ucols * 2
@@ -237,6 +244,7 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
     std::vector<std::int8_t> q(sf == WeightFormat::W8 ? ucols : 0);
     const std::size_t per_row = sf == WeightFormat::W8 ? 1 : sf == WeightFormat::W4 ? ucols / kW4Group : 0;
     shared->scales.assign(static_cast<std::size_t>(rows) * per_row, 0.0f);
+    shared->channel_scales.assign(sf == WeightFormat::W4 ? static_cast<std::size_t>(rows) : 0, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       float* scales = shared->scales.data() + static_cast<std::size_t>(r) * per_row;
       try {
@@ -255,7 +263,10 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
             scales[0] = quantize_w8_row(row.data(), cols, q.data());
             std::memcpy(bytes.data(), q.data(), bytes.size());
             break;
-          case WeightFormat::W4: quantize_w4_row(row.data(), cols, bytes.data(), scales); break;
+          case WeightFormat::W4:
+            shared->channel_scales[static_cast<std::size_t>(r)] =
+                quantize_w4_row(row.data(), cols, block, bytes.data(), scales);
+            break;
         }
       } catch (const Error& e) {
         fail("row ", r, ": ", e.what());
@@ -269,6 +280,13 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
       if (!shared->ready) fail("the scales of '", name, "' were asked for before the matrix was written");
       sink.write(std::span<const float>(shared->scales));
       shared->scales = {};
+    });
+  }
+  if (sf == WeightFormat::W4) {
+    w.add(name + ".channel_scale", DType::F32, {rows}, [shared, name](ByteSink& sink) {
+      if (!shared->ready) fail("the channel scales of '", name, "' were asked for before the matrix was written");
+      sink.write(std::span<const float>(shared->channel_scales));
+      shared->channel_scales = {};
     });
   }
   return sf;

@@ -74,7 +74,7 @@ void add_matrix(BundleWriter& w, const std::string& name, const TensorView& src,
     if (smoothing != nullptr) smoothing->apply_row(name, r, out, m.cols);
     progress.advance(static_cast<std::uint64_t>(m.cols) * dtype_size(m.dtype));
   };
-  if (panels && matrix_storage_format(format, cols) == WeightFormat::W8 && cols <= cpu::kInt8MaxCols)
+  if (panels && matrix_storage_format(format, cols, w.w4_block()) == WeightFormat::W8 && cols <= cpu::kInt8MaxCols)
     add_w8_panel_matrix(w, name, rows, cols, std::move(rows_of));
   else
     add_matrix(w, name, format, rows, cols, std::move(rows_of));
@@ -150,6 +150,7 @@ void check_cpu_export(const ExportOptions& o) {
   if (!o.kv_cache.empty() && o.kv_cache != "f32" && o.kv_cache != "f16" && o.kv_cache != "i8")
     fail("--kv-cache must be f32, f16 or i8, got \"", o.kv_cache, "\"");
   const bool quantized = *format == WeightFormat::W8 || *format == WeightFormat::W4;
+  check_w4_block(o.w4_block);
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
          ")");
@@ -187,8 +188,10 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   Progress progress(group_bytes(ck, "model.") + head.nbytes, o);
   const bool panels = o.layout == "panels";  // w8 matrices of the graphs that repack them (not tables)
   const auto meta = [&](const std::string& role) {
-    return std::map<std::string, std::string>{
+    std::map<std::string, std::string> m{
         {"role", role}, {"weights", o.weights}, {"source", o.hf_dir.filename().string()}};
+    if (o.weights == "w4" || o.lm_head == "w4") m["w4_block"] = std::to_string(o.w4_block);
+    return m;
   };
   const auto write = [&](const std::string& file, const std::string& role, auto&& fill) {
     check_cancelled(o);

@@ -28,18 +28,39 @@ float symmetric_scale(const float* w, std::int64_t n, float qmax) {
   return s == 0.0f ? 1.0f : s;
 }
 
-// bf16(max|w| / 7): a 16-bit value, so the CPU kernels stream w4's scales in
-// half the bytes (int8_matmul.hpp); the q are rounded against this scale, so the
-// half-step bound holds as it would for max / 7 (|w| / scale <= 7 · (1 + 2^-8) < 7.5).
-// A group whose scale would be 0 or below the smallest normal float 2^-126 (where
-// bf16 keeps too few bits to bound |w| / scale) is stored as zeros with scale 1.
-float w4_group_scale(const float* w) {
-  const float s = bf16_to_f32(f32_to_bf16(max_abs(w, kW4Group) / 7.0f));
-  return s < 0x1p-126f ? 1.0f : s;
+// The smallest value with 4 significant bits (k · 2^e, k in 8..15) that is >= t > 0:
+// then s · m for m <= 16 has at most 8 significant bits, a value bf16 holds, so the
+// CPU kernels stream the block scales in 16 bits and the HTP's fp16 scales are exact.
+float round_up_4_bits(float t) {
+  int e = 0;
+  const float mant = std::frexp(t, &e);  // t = mant · 2^e, mant in [0.5, 1)
+  return std::ldexp(std::ceil(mant * 16.0f), e - 4);
 }
 
 int quantize_one(float w, float scale, float qmin, float qmax) {
   return static_cast<int>(std::clamp(round_half_even(w / scale), qmin, qmax));
+}
+
+// Squared error of one block quantized against `scale`, in double so that the
+// choice of multiplier does not hinge on f32 summation order.
+double block_error(const float* w, std::int64_t n, float scale) {
+  double e = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(w[i]) - static_cast<double>(quantize_one(w[i], scale, -8.0f, 7.0f)) * scale;
+    e += d * d;
+  }
+  return e;
+}
+
+// The multiplier in 1..16 of least squared error; ties go to the larger one (less clipping).
+int best_multiplier(const float* w, std::int64_t n, float channel_scale) {
+  int best = kW4MaxMultiplier;
+  double best_error = block_error(w, n, channel_scale * static_cast<float>(best));
+  for (int m = kW4MaxMultiplier - 1; m >= 1; --m) {
+    const double e = block_error(w, n, channel_scale * static_cast<float>(m));
+    if (e < best_error) best = m, best_error = e;
+  }
+  return best;
 }
 
 }  // namespace
@@ -60,8 +81,12 @@ std::optional<WeightFormat> parse_weight_format(std::string_view s) {
   return std::nullopt;
 }
 
-WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols) {
-  return f == WeightFormat::W4 && cols % kW4Group != 0 ? WeightFormat::W8 : f;
+WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols, std::int64_t block) {
+  return f == WeightFormat::W4 && cols % block != 0 ? WeightFormat::W8 : f;
+}
+
+void check_w4_block(std::int64_t block) {
+  if (block != 32 && block != 64) fail("the w4 block size must be 32 or 64 columns, got ", block);
 }
 
 DType stored_dtype(WeightFormat f) {
@@ -108,25 +133,32 @@ float quantize_w8_row(const float* w, std::int64_t cols, std::int8_t* q) {
   return scale;
 }
 
-void quantize_w4_row(const float* w, std::int64_t cols, std::uint8_t* packed, float* scales) {
-  if (cols % kW4Group != 0) fail("w4 needs a multiple of ", kW4Group, " columns, got ", cols);
+float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales) {
+  check_w4_block(block);
+  if (cols % block != 0) fail("w4 needs a multiple of ", block, " columns (its block), got ", cols);
   check_finite(w, cols);
-  for (std::int64_t g = 0; g < cols / kW4Group; ++g) {
-    const float* wg = w + g * kW4Group;
-    const float scale = w4_group_scale(wg);
-    scales[g] = scale;
-    for (std::int64_t j = 0; j < kW4Group / 2; ++j) {
-      const auto lo = static_cast<unsigned>(quantize_one(wg[2 * j], scale, -8.0f, 7.0f)) & 0xFu;
-      const auto hi = static_cast<unsigned>(quantize_one(wg[2 * j + 1], scale, -8.0f, 7.0f)) & 0xFu;
-      packed[g * (kW4Group / 2) + j] = static_cast<std::uint8_t>(lo | (hi << 4));
+  // The channel scale lets the loudest block reach its max with m = 16 and q = 7.
+  const float channel = round_up_4_bits(max_abs(w, cols) / (7.0f * kW4MaxMultiplier));
+  const bool zero = !(channel >= 0x1p-126f);  // all zeros, or too small for a normal scale
+  for (std::int64_t b = 0; b < cols / block; ++b) {
+    const float* wb = w + b * block;
+    const float scale = zero ? 1.0f : channel * static_cast<float>(best_multiplier(wb, block, channel));
+    for (std::int64_t g = 0; g < block / kW4Group; ++g) scales[b * (block / kW4Group) + g] = scale;
+    for (std::int64_t j = 0; j < block / 2; ++j) {
+      const auto lo = zero ? 0u : static_cast<unsigned>(quantize_one(wb[2 * j], scale, -8.0f, 7.0f)) & 0xFu;
+      const auto hi = zero ? 0u : static_cast<unsigned>(quantize_one(wb[2 * j + 1], scale, -8.0f, 7.0f)) & 0xFu;
+      packed[b * (block / 2) + j] = static_cast<std::uint8_t>(lo | (hi << 4));
     }
   }
+  return zero ? 1.0f : channel;
 }
 
-QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f) {
+QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f,
+                                std::int64_t w4_block) {
   if (rows < 0 || cols < 0) fail("quantize_matrix: negative shape [", rows, ", ", cols, "]");
-  if (f == WeightFormat::W4 && cols % kW4Group != 0)
-    fail("quantize_matrix: w4 needs a multiple of ", kW4Group, " columns, got ", cols);
+  if (f == WeightFormat::W4) check_w4_block(w4_block);
+  if (f == WeightFormat::W4 && cols % w4_block != 0)
+    fail("quantize_matrix: w4 needs a multiple of ", w4_block, " columns (its block), got ", cols);
   QuantizedMatrix m;
   m.format = f;
   m.rows = rows;
@@ -137,7 +169,9 @@ QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t 
     case WeightFormat::F32: m.data.resize(n * sizeof(float)); break;
     case WeightFormat::F16: m.data.resize(n * sizeof(std::uint16_t)); break;
     case WeightFormat::W8: m.data.resize(n), m.scales.resize(static_cast<std::size_t>(rows)); break;
-    case WeightFormat::W4: m.data.resize(n / 2), m.scales.resize(n / kW4Group); break;
+    case WeightFormat::W4:
+      m.data.resize(n / 2), m.scales.resize(n / kW4Group), m.channel_scales.resize(static_cast<std::size_t>(rows));
+      break;
   }
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
@@ -161,7 +195,8 @@ QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t 
           break;
         }
         case WeightFormat::W4:
-          quantize_w4_row(row, cols, m.data.data() + ur * (ucols / 2), m.scales.data() + ur * (ucols / kW4Group));
+          m.channel_scales[ur] = quantize_w4_row(row, cols, w4_block, m.data.data() + ur * (ucols / 2),
+                                                 m.scales.data() + ur * (ucols / kW4Group));
           break;
       }
     } catch (const Error& e) {

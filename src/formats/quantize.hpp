@@ -8,12 +8,17 @@
 //   f16  F16 [rows, cols], round to nearest even (an f32 beyond the f16 range is an error)
 //   w8   I8 [rows, cols] + F32 scales [rows]: per row, scale = max|w| / 127,
 //        q = clamp(round_half_even(w / scale), -127, 127)
-//   w4   U8 [rows, cols / 2] + F32 scales [rows, cols / 32]: per group of 32 columns,
-//        scale = bf16(max|w| / 7) (round to nearest even: a value 16 bits hold),
-//        q = clamp(round_half_even(w / scale), -8, 7), two's-complement
-//        nibbles, column 2j in the low nibble of byte j, 2j + 1 in the high one
+//   w4   U8 [rows, cols / 2] + F32 scales [rows, cols / 32] (+ F32 channel scales [rows]):
+//        low-power block quantization (QAIRT's LPBQ) with blocks of B = 64 (or 32)
+//        columns: a per-row channel scale s with 4 significant bits and per block
+//        an integer multiplier m in 1..16, the block's scale s · m (exact in f32,
+//        bf16 and fp16 alike), chosen by the least squared error of the block;
+//        q = clamp(round_half_even(w / (s · m)), -8, 7), two's-complement
+//        nibbles, column 2j in the low nibble of byte j, 2j + 1 in the high one.
+//        The scales are stored per group of 32 columns (a block of 64 writes its
+//        scale twice), the layout the kernels and older bundles share.
 // A row or group that is all zeros gets scale 1 (not 0, which would make w / scale
-// 0 / 0): its q are 0 and so are its values; so does a w4 group whose scale
+// 0 / 0): its q are 0 and so are its values; so does a w4 row whose channel scale
 // would be below 2^-126. Value = float(q) * scale.
 // Non-finite inputs are errors (they would poison a whole row or group).
 #pragma once
@@ -29,15 +34,19 @@ namespace qhx {
 
 enum class WeightFormat : std::uint8_t { F32, F16, W8, W4 };
 
-inline constexpr std::int64_t kW4Group = 32;  // columns per w4 scale
+inline constexpr std::int64_t kW4Group = 32;  // columns per stored w4 scale
+inline constexpr std::int64_t kW4Block = 64;  // columns per LPBQ block, by default
+inline constexpr int kW4MaxMultiplier = 16;   // a block's scale is s · m, m in 1..16 (4 bits)
 
 // "f32", "f16", "w8", "w4": the spelling of the bundle's "weights" metadata.
 std::string_view format_name(WeightFormat f);
 std::optional<WeightFormat> parse_weight_format(std::string_view s);
 
 // The format a matrix with `cols` input features is stored in under bundle
-// format `f`: w4 needs cols % 32 == 0, other matrices fall back to w8.
-WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols);
+// format `f`: w4 needs cols % block == 0, other matrices fall back to w8.
+WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols, std::int64_t block = kW4Block);
+// A w4 block size the scheme takes: 32 or 64 (anything else throws).
+void check_w4_block(std::int64_t block);
 
 // The stored dtype of a matrix in format `f` (F32, F16, I8, U8), and its shape
 // and its scales' shape ({} for f32 and f16).
@@ -53,19 +62,22 @@ float round_half_even(float x);
 void quantize_f16_row(const float* w, std::int64_t cols, std::uint16_t* out);
 // Writes q [cols] and returns the row's scale.
 float quantize_w8_row(const float* w, std::int64_t cols, std::int8_t* q);
-// cols % 32 == 0. Writes packed [cols / 2] and scales [cols / 32].
-void quantize_w4_row(const float* w, std::int64_t cols, std::uint8_t* packed, float* scales);
+// cols % block == 0. Writes packed [cols / 2] and scales [cols / 32]; returns the
+// row's channel scale s (every scale is s times an integer in 1..16).
+float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales);
 
 // A whole matrix: the stored bytes (row-major, stored_shape) and the scales.
 struct QuantizedMatrix {
   WeightFormat format = WeightFormat::F32;
   std::int64_t rows = 0, cols = 0;
   std::vector<std::uint8_t> data;
-  std::vector<float> scales;  // w8: [rows]; w4: [rows, cols / 32]; else empty
+  std::vector<float> scales;          // w8: [rows]; w4: [rows, cols / 32]; else empty
+  std::vector<float> channel_scales;  // w4: [rows]; else empty
 };
 
-// Quantizes `w` [rows, cols] to exactly `f` (w4 with cols % 32 != 0 is an
+// Quantizes `w` [rows, cols] to exactly `f` (w4 with cols % block != 0 is an
 // error: apply matrix_storage_format first). Errors name the row and column.
-QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f);
+QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f,
+                                std::int64_t w4_block = kW4Block);
 
 }  // namespace qhx

@@ -7,9 +7,9 @@
 //   probe.f32.weight          f32 [3, 5]
 //   probe.f16.weight          f16 [4, 6]
 //   probe.w8.weight           w8  [5, 11]  row 0 = kW8Ties, row 1 = zeros
-//   probe.w4.weight           w4  [4, 64]  row 0: cols 0..15 = kW4Ties, 16..31 = 0 (32..63 as above);
-//                                          row 1 = zeros
-//   probe.w4_fallback.weight  w4 -> w8 [3, 40] (40 is not a multiple of 32)
+//   probe.w4.weight           w4  [4, 128] row 0: cols 0..15 = kW4Ties, 16..63 = kW4Fill repeated
+//                                          (64..127 as above); row 1 = zeros
+//   probe.w4_fallback.weight  w4 -> w8 [3, 96] (96 is not a multiple of the w4 block, 64)
 // Vectors: probe.norm.weight f32 [7] = i / 4 - 1, probe.bias f32 [3] = {0.5, -1.5, 3}.
 //
 // With a second path, also writes there a file of one panel-form w8 matrix
@@ -31,6 +31,8 @@ namespace {
 const std::vector<float> kW8Ties = {127, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -127, 126.5f, -126.5f};
 const std::vector<float> kW4Ties = {1,    -2,    7,    -7,    2.5f, 3.5f,  -2.5f, -3.5f,
                                     0.5f, -0.5f, 6.5f, -6.5f, 1.5f, -1.5f, 0,     3};
+// Exact at scale 1 and at no other multiple of 2^-4, so the ties' block takes scale 1.
+const std::vector<float> kW4Fill = {7, -7, 6, -6, 5, -5, 4, -4};
 
 std::vector<float> source(std::int64_t rows, std::int64_t cols) {
   std::vector<float> w(static_cast<std::size_t>(rows * cols));
@@ -62,11 +64,11 @@ int main(int argc, char** argv) {
     set_row(w8, 11, 0, kW8Ties);
     set_row(w8, 11, 1, {});
     qhx::add_matrix(w, "probe.w8.weight", qhx::WeightFormat::W8, 5, 11, std::move(w8));
-    auto w4 = source(4, 64);
-    for (std::size_t c = 0; c < 32; ++c) w4[c] = c < kW4Ties.size() ? kW4Ties[c] : 0.0f;
-    set_row(w4, 64, 1, {});
-    qhx::add_matrix(w, "probe.w4.weight", qhx::WeightFormat::W4, 4, 64, std::move(w4));
-    qhx::add_matrix(w, "probe.w4_fallback.weight", qhx::WeightFormat::W4, 3, 40, source(3, 40));
+    auto w4 = source(4, 128);
+    for (std::size_t c = 0; c < 64; ++c) w4[c] = c < kW4Ties.size() ? kW4Ties[c] : kW4Fill[c % kW4Fill.size()];
+    set_row(w4, 128, 1, {});
+    qhx::add_matrix(w, "probe.w4.weight", qhx::WeightFormat::W4, 4, 128, std::move(w4));
+    qhx::add_matrix(w, "probe.w4_fallback.weight", qhx::WeightFormat::W4, 3, 96, source(3, 96));
     std::vector<float> norm(7);
     for (std::size_t i = 0; i < norm.size(); ++i) norm[i] = static_cast<float>(i) / 4.0f - 1.0f;
     w.add_f32("probe.norm.weight", {7}, norm);

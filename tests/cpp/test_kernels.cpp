@@ -111,7 +111,7 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
     for (const WeightFormat f : {WeightFormat::F16, WeightFormat::W8, WeightFormat::W4}) {
       if (f == WeightFormat::W4 && kk % 32 != 0) continue;
       SCOPED_TRACE(std::string(format_name(f)) + " " + std::to_string(n) + "x" + std::to_string(kk));
-      const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f);
+      const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f, 32);  // blocks of 32: every kk the loop has
       const WeightMatrix wq =
           f == WeightFormat::F16 ? WeightMatrix{.data = q.data.data(), .dtype = DType::F16, .rows = n, .cols = kk}
           : f == WeightFormat::W8
@@ -136,7 +136,7 @@ TEST_P(Kernels, LinearThenStepsOverFinishedBlocks) {
     const auto w = random(static_cast<std::size_t>(n * kk));
     const auto b = random(static_cast<std::size_t>(n));
     std::vector<WeightMatrix> ws{WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}};
-    const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, kk % 32 == 0 ? WeightFormat::W4 : WeightFormat::W8);
+    const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, kk % 32 == 0 ? WeightFormat::W4 : WeightFormat::W8, 32);
     if (kk % 32 == 0) ws.push_back(WeightMatrix::w4(q.data.data(), q.scales.data(), n, kk));
     for (const WeightMatrix& wm : ws) {
       std::vector<float> want(static_cast<std::size_t>(m * n));

@@ -105,6 +105,8 @@ TEST(Quantize, FormatNamesAndW4Fallback) {
   EXPECT_FALSE(parse_weight_format("int4"));
   EXPECT_EQ(matrix_storage_format(WeightFormat::W4, 64), WeightFormat::W4);
   EXPECT_EQ(matrix_storage_format(WeightFormat::W4, 48), WeightFormat::W8);
+  EXPECT_EQ(matrix_storage_format(WeightFormat::W4, 96), WeightFormat::W8);  // not a multiple of the block, 64
+  EXPECT_EQ(matrix_storage_format(WeightFormat::W4, 96, 32), WeightFormat::W4);
   EXPECT_EQ(matrix_storage_format(WeightFormat::W8, 48), WeightFormat::W8);
   EXPECT_EQ(matrix_storage_format(WeightFormat::F16, 3), WeightFormat::F16);
   EXPECT_EQ(stored_shape(WeightFormat::W4, 3, 64), (std::vector<std::int64_t>{3, 32}));
@@ -178,68 +180,119 @@ float nearest_bf16(float f) {
   return (lo_bits & 0x10000u) == 0 ? lo : hi;
 }
 
-TEST(Quantize, W4ErrorBoundPerGroup) {
+// The squared error of a block quantized against `scale`, computed here in double
+// from the contract (clamp(round_half_even(w / scale), -8, 7)), not by the writer.
+double w4_block_error(const float* w, std::size_t n, float scale) {
+  double e = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double q = std::clamp(std::nearbyint(static_cast<double>(w[i] / scale)), -8.0, 7.0);
+    const double d = static_cast<double>(w[i]) - q * scale;
+    e += d * d;
+  }
+  return e;
+}
+
+// k · 2^e with k an integer in 8..16: at most 4 significant bits.
+bool has_4_significant_bits(float s) {
+  int e = 0;
+  const float m = std::frexp(s, &e) * 16.0f;
+  return m == std::floor(m) && m >= 8.0f && m <= 16.0f;
+}
+
+TEST(Quantize, W4BlocksAreLeastSquaresMultiplesOfAChannelScale) {
   std::mt19937 rng(11);
-  for (const std::size_t cols : {32u, 64u, 320u}) {
-    auto w = random_row(rng, cols, 1.0f);
-    for (std::size_t c = 32; c < cols && c < 64; ++c) w[c] *= 100.0f;  // a loud group must not affect the others
-    std::vector<std::uint8_t> packed(cols / 2);
-    std::vector<float> scales(cols / 32);
-    quantize_w4_row(w.data(), static_cast<std::int64_t>(cols), packed.data(), scales.data());
-    for (std::size_t g = 0; g < cols / 32; ++g) {
-      float m = 0;
-      for (std::size_t c = g * 32; c < g * 32 + 32; ++c) m = std::max(m, std::abs(w[c]));
-      EXPECT_EQ(scales[g], nearest_bf16(m / 7.0f)) << g;  // a bf16 value, so kernels may keep it in 16 bits
-      for (std::size_t c = g * 32; c < g * 32 + 32; ++c) {
-        const int qv = cpu::w4_nibble(packed[c / 2], static_cast<int>(c % 2));
-        ASSERT_GE(qv, -8);
-        ASSERT_LE(qv, 7);
-        expect_within_half_step(w[c], static_cast<float>(qv) * scales[g], scales[g]);
+  for (const std::int64_t block : {64, 32}) {
+    for (const std::size_t cols : {64u, 128u, 320u}) {
+      auto w = random_row(rng, cols, 1.0f);
+      for (std::size_t c = 0; c < 8; ++c) w[c] *= 0.01f;  // a quiet block beside loud ones
+      for (std::size_t c = 64; c < cols && c < 128; ++c) w[c] *= 20.0f;
+      std::vector<std::uint8_t> packed(cols / 2);
+      std::vector<float> scales(cols / 32);
+      const float s = quantize_w4_row(w.data(), static_cast<std::int64_t>(cols), block, packed.data(), scales.data());
+      float max = 0;
+      for (const float v : w) max = std::max(max, std::abs(v));
+      EXPECT_TRUE(has_4_significant_bits(s)) << s;
+      EXPECT_GE(s, max / 112.0f);          // the loudest block reaches max with m = 16, q = 7
+      EXPECT_LT(s, max / 112.0f * 1.13f);  // rounded up by less than 1/8
+      const auto b = static_cast<std::size_t>(block);
+      for (std::size_t k = 0; k < cols / b; ++k) {
+        const float scale = scales[k * b / 32];
+        for (std::size_t g = k * b / 32; g < (k + 1) * b / 32; ++g) EXPECT_EQ(scales[g], scale);  // one per block
+        const float m = scale / s;
+        EXPECT_EQ(m, std::floor(m));
+        EXPECT_GE(m, 1.0f);
+        EXPECT_LE(m, 16.0f);
+        EXPECT_EQ(scale, nearest_bf16(scale));  // a bf16 value, so the kernels may keep it in 16 bits
+        const double best = w4_block_error(w.data() + k * b, b, scale);
+        for (int other = 1; other <= 16; ++other)
+          EXPECT_LE(best, w4_block_error(w.data() + k * b, b, s * static_cast<float>(other))) << k << " m " << other;
+        for (std::size_t c = k * b; c < (k + 1) * b; ++c) {
+          const int qv = cpu::w4_nibble(packed[c / 2], static_cast<int>(c % 2));
+          const double q = std::clamp(std::nearbyint(static_cast<double>(w[c] / scale)), -8.0, 7.0);
+          EXPECT_EQ(qv, static_cast<int>(q)) << c;
+        }
       }
     }
   }
 }
 
-TEST(Quantize, W4ScalesRoundToBf16AndTinyGroupsBecomeZero) {
-  // Group 0: max 7 · 1.00390625 = 7 · (1 + 2^-8), a tie between bf16 1 and 1 + 2^-7:
-  // ties to even (1), and then |w| / scale = 7.027 still rounds to q = 7.
-  // Group 1: max 7 · 2^-127, a scale below the smallest normal float: zeros, scale 1.
-  std::vector<float> w(64, 0.0f);
-  w[0] = 7.0f * 1.00390625f;
-  w[1] = -3.0f;
-  w[32] = 7.0f * 0x1p-127f;
-  w[33] = -0x1p-127f;
-  std::vector<std::uint8_t> packed(32);
-  std::vector<float> scales(2);
-  quantize_w4_row(w.data(), 64, packed.data(), scales.data());
-  EXPECT_EQ(scales[0], 1.0f);
+TEST(Quantize, W4ChannelScaleRoundsUpAndTinyRowsBecomeZero) {
+  // Block 0: max 112 = 7 · 16 -> channel scale 1, and 112, -48, 16 are exact at m = 16
+  // (q 7, -3, 1), which no other m is. Block 1: 3, -2, 1 are exact at m = 1.
+  std::vector<float> w(128, 0.0f);
+  w[0] = 112.0f, w[1] = -48.0f, w[2] = 16.0f;
+  w[64] = 3.0f, w[65] = -2.0f, w[66] = 1.0f;
+  std::vector<std::uint8_t> packed(64);
+  std::vector<float> scales(4);
+  EXPECT_EQ(quantize_w4_row(w.data(), 128, 64, packed.data(), scales.data()), 1.0f);
+  EXPECT_EQ(scales[0], 16.0f);
+  EXPECT_EQ(scales[1], 16.0f);
+  EXPECT_EQ(scales[2], 1.0f);
+  EXPECT_EQ(scales[3], 1.0f);
   EXPECT_EQ(cpu::w4_nibble(packed[0], 0), 7);
   EXPECT_EQ(cpu::w4_nibble(packed[0], 1), -3);
-  EXPECT_EQ(scales[1], 1.0f);
-  EXPECT_EQ(packed[16], 0);
-  // 1 + 3 · 2^-9 lies between the bf16 values 1 and 1 + 2^-7, nearer the upper one.
-  w[0] = 7.0f * (1.0f + 3.0f * 0x1p-9f);
-  quantize_w4_row(w.data(), 64, packed.data(), scales.data());
-  EXPECT_EQ(scales[0], 1.0f + 0x1p-7f);
+  EXPECT_EQ(cpu::w4_nibble(packed[1], 0), 1);
+  EXPECT_EQ(cpu::w4_nibble(packed[32], 0), 3);
+  EXPECT_EQ(cpu::w4_nibble(packed[32], 1), -2);
+  EXPECT_EQ(cpu::w4_nibble(packed[33], 0), 1);
+  // max 112 · (1 + 2^-5): the channel scale 1 + 2^-5 has 6 significant bits, rounded up to 1.125.
+  w[0] = 112.0f * (1.0f + 0x1p-5f);
+  EXPECT_EQ(quantize_w4_row(w.data(), 128, 64, packed.data(), scales.data()), 1.125f);
+  // max 112 · 2^-127: the channel scale would be below the smallest normal float: zeros, scale 1.
+  std::vector<float> tiny(64, 0.0f);
+  tiny[0] = 112.0f * 0x1p-127f;
+  tiny[1] = -0x1p-127f;
+  std::vector<std::uint8_t> tp(32, 0xAA);
+  std::vector<float> ts(2);
+  EXPECT_EQ(quantize_w4_row(tiny.data(), 64, 64, tp.data(), ts.data()), 1.0f);
+  EXPECT_EQ(ts[0], 1.0f);
+  EXPECT_EQ(ts[1], 1.0f);
+  for (const auto v : tp) EXPECT_EQ(v, 0);
+  expect_error([&] { quantize_w4_row(w.data(), 96, 64, packed.data(), scales.data()); }, {"multiple of 64", "96"});
+  expect_error([&] { quantize_w4_row(w.data(), 128, 48, packed.data(), scales.data()); }, {"32 or 64", "48"});
 }
 
-TEST(Quantize, W4PackingTiesAndZeroGroups) {
-  // Group 0: max 7 -> scale 1, exact ties. Group 1: all zeros -> scale 1, q 0.
-  std::vector<float> w(64, 0.0f);
+TEST(Quantize, W4PackingTiesAndZeroBlocks) {
+  // Block 0: max 7 -> channel scale 2^-4; the integers filling columns 16..63 are exact
+  // at m = 16 (scale 1) and nothing else, so m = 16 and the ties are exact.
+  // Block 1: all zeros -> q 0 (every m is exact: the largest, 16, is taken).
+  std::vector<float> w(128, 0.0f);
   const float g0[] = {1, -2, 7, -7, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 6.5f, -6.5f, 1.5f, -1.5f, 0, 3};
   const int want[] = {1, -2, 7, -7, 2, 4, -2, -4, 0, 0, 6, -6, 2, -2, 0, 3};
+  const float fill[] = {7, -7, 6, -6, 5, -5, 4, -4};
   for (std::size_t i = 0; i < 16; ++i) w[i] = g0[i];
-  std::vector<std::uint8_t> packed(32, 0xAA);
-  std::vector<float> scales(2);
-  quantize_w4_row(w.data(), 64, packed.data(), scales.data());
+  for (std::size_t i = 16; i < 64; ++i) w[i] = fill[i % 8];
+  std::vector<std::uint8_t> packed(64, 0xAA);
+  std::vector<float> scales(4);
+  EXPECT_EQ(quantize_w4_row(w.data(), 128, 64, packed.data(), scales.data()), 0x1p-4f);
   EXPECT_EQ(scales[0], 1.0f);
   EXPECT_EQ(scales[1], 1.0f);
+  EXPECT_EQ(scales[2], 1.0f);
   for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(cpu::w4_nibble(packed[i / 2], static_cast<int>(i % 2)), want[i]) << i;
   // Column 2j in the low nibble, 2j + 1 in the high one, two's complement.
-  EXPECT_EQ(packed[0], 0xE1);                                         // 1 | (-2 & 0xF) << 4
-  EXPECT_EQ(packed[1], 0x97);                                         // 7 | (-7 & 0xF) << 4
-  for (std::size_t j = 8; j < 16; ++j) EXPECT_EQ(packed[j], 0) << j;  // the rest of group 0 is zeros
-  for (std::size_t j = 16; j < 32; ++j) EXPECT_EQ(packed[j], 0) << j;
+  EXPECT_EQ(packed[0], 0xE1);                                          // 1 | (-2 & 0xF) << 4
+  EXPECT_EQ(packed[1], 0x97);                                          // 7 | (-7 & 0xF) << 4
+  for (std::size_t j = 32; j < 64; ++j) EXPECT_EQ(packed[j], 0) << j;  // block 1
 
   EXPECT_EQ(cpu::w4_nibble(0x8F, 0), -1);
   EXPECT_EQ(cpu::w4_nibble(0x8F, 1), -8);
@@ -258,8 +311,9 @@ TEST(Quantize, F16RowAndErrors) {
   bad[37] = std::numeric_limits<float>::quiet_NaN();
   expect_error([&] { quantize_matrix(bad.data(), 2, 32, WeightFormat::W8); }, {"row 1", "column 5", "not finite"});
   bad[37] = std::numeric_limits<float>::infinity();
-  expect_error([&] { quantize_matrix(bad.data(), 2, 32, WeightFormat::W4); }, {"row 1", "column 5", "not finite"});
-  expect_error([&] { quantize_matrix(bad.data(), 1, 48, WeightFormat::W4); }, {"multiple of 32", "48"});
+  expect_error([&] { quantize_matrix(bad.data(), 2, 32, WeightFormat::W4, 32); }, {"row 1", "column 5", "not finite"});
+  expect_error([&] { quantize_matrix(bad.data(), 1, 48, WeightFormat::W4, 32); }, {"multiple of 32", "48"});
+  expect_error([&] { quantize_matrix(bad.data(), 1, 32, WeightFormat::W4); }, {"multiple of 64", "32"});
 }
 
 // ---------------------------------------------------------------------------
@@ -353,8 +407,8 @@ const std::vector<MatrixCase>& matrix_cases() {
       {"m.f32.weight", WeightFormat::F32, WeightFormat::F32, 3, 5},
       {"m.f16.weight", WeightFormat::F16, WeightFormat::F16, 5, 7},
       {"m.w8.weight", WeightFormat::W8, WeightFormat::W8, 4, 13},
-      {"m.w4.weight", WeightFormat::W4, WeightFormat::W4, 6, 96},
-      {"m.w4_fallback.weight", WeightFormat::W4, WeightFormat::W8, 3, 40},  // 40 % 32 != 0: stored as w8
+      {"m.w4.weight", WeightFormat::W4, WeightFormat::W4, 6, 128},
+      {"m.w4_fallback.weight", WeightFormat::W4, WeightFormat::W8, 3, 96},  // 96 % 64 != 0: stored as w8
   };
   return cases;
 }
@@ -410,7 +464,15 @@ TEST(Bundle, RoundTripEveryFormat) {
                          : c.stored == WeightFormat::W4  ? q.scales[i / 32]
                          : c.stored == WeightFormat::F16 ? std::abs(src[i]) * 0x1p-10f + 0x1p-24f
                                                          : 0.0f;
-      expect_within_half_step(src[i], got[i], step);
+      // A w4 block may trade clipping its loudest values for a finer step (least squares).
+      const bool clipped = c.stored == WeightFormat::W4 && (got[i] == 7 * step || got[i] == -8 * step);
+      if (!clipped) expect_within_half_step(src[i], got[i], step);
+    }
+    if (c.stored == WeightFormat::W4) {
+      const auto& cs = ckpt.get(c.name + ".channel_scale");
+      ASSERT_EQ(cs.shape, (std::vector<std::int64_t>{c.rows}));
+      for (std::int64_t r = 0; r < c.rows; ++r)
+        EXPECT_EQ(reinterpret_cast<const float*>(cs.data)[r], q.channel_scales[static_cast<std::size_t>(r)]) << r;
     }
     // The same matrix with its shape taken from the file.
     const cpu::WeightMatrix inferred = cpu::matrix_weight(ckpt, c.name);
@@ -422,7 +484,7 @@ TEST(Bundle, RoundTripEveryFormat) {
   EXPECT_EQ(rows_of(cpu::matrix_weight(ckpt, "m.bf16.weight", 2, 3)), (std::vector<float>{1, -2, 3, 0, -1, 4}));
   EXPECT_EQ(ckpt.get("m.empty").nbytes, 0u);
   // A quantized matrix read through reshaped_matrix_weight (its stored 2-D shape flattens trivially).
-  EXPECT_EQ(cpu::reshaped_matrix_weight(ckpt, "m.w4.weight", 6, 96).dtype, DType::U8);
+  EXPECT_EQ(cpu::reshaped_matrix_weight(ckpt, "m.w4.weight", 6, 128).dtype, DType::U8);
 }
 
 // A bundle holding exactly `tensors` (raw bytes), for the malformed cases.

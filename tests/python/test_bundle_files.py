@@ -24,6 +24,7 @@ from conftest import run_tool, stderr_text, tool_path
 
 W8_TIES = [127, 2.5, 3.5, -2.5, -3.5, 0.5, -0.5, 1.5, -127, 126.5, -126.5]
 W4_TIES = [1, -2, 7, -7, 2.5, 3.5, -2.5, -3.5, 0.5, -0.5, 6.5, -6.5, 1.5, -1.5, 0, 3]
+W4_FILL = [7, -7, 6, -6, 5, -5, 4, -4]
 
 
 def source(rows: int, cols: int) -> np.ndarray:
@@ -40,8 +41,8 @@ def w8_source() -> np.ndarray:
 
 
 def w4_source() -> np.ndarray:
-    w = source(4, 64)
-    w[0, :32] = 0
+    w = source(4, 128)
+    w[0, :64] = np.array(W4_FILL * 8, dtype=np.float32)
     w[0, :16] = np.array(W4_TIES, dtype=np.float32)
     w[1] = 0
     return w
@@ -69,14 +70,37 @@ def expect_w8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return symmetric(w, 127, -127)
 
 
-def expect_w4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(packed U8 [rows, cols/2], scales [rows, cols/32], q [rows, cols])."""
+def w4_q(w: np.ndarray, scale: np.float32) -> np.ndarray:
+    return np.clip(np.rint(w / scale), -8, 7)  # f32 division, ties to even
+
+
+def expect_w4(w: np.ndarray, block: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(packed U8 [rows, cols/2], scales [rows, cols/32], q [rows, cols], channel scales [rows])
+    per docs/bundle.md "w4": per row s = max|w| / 112 rounded up to 4 significant bits, per
+    block the multiplier m in 16..1 of least squared error (the first of equals from 16 down),
+    scale s * m; a row whose s is below 2^-126 is zeros with scales 1."""
     rows, cols = w.shape
-    scale, q = symmetric(w.reshape(rows, cols // 32, 32), 7, -8, bf16_scale=True)
-    q = q.reshape(rows, cols)
+    q = np.zeros((rows, cols), np.int8)
+    scales = np.ones((rows, cols // 32), np.float32)
+    channel = np.ones(rows, np.float32)
+    for r in range(rows):
+        t = np.max(np.abs(w[r])) / np.float32(112)
+        mant, e = np.frexp(t)
+        s = np.float32(np.ldexp(np.ceil(mant * 16), e - 4))
+        if not s >= np.float32(2.0**-126):
+            continue
+        channel[r] = s
+        for b in range(cols // block):
+            wb = w[r, b * block:(b + 1) * block]
+            errors = [(np.sum((wb.astype(np.float64) - w4_q(wb, np.float32(s * m)) * np.float64(s * m)) ** 2), -m)
+                      for m in range(16, 0, -1)]
+            m = -min(errors)[1]
+            scale = np.float32(s * m)
+            q[r, b * block:(b + 1) * block] = w4_q(wb, scale)
+            scales[r, b * block // 32:(b + 1) * block // 32] = scale
     nib = q.astype(np.uint8) & 0xF
     packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
-    return packed, scale, q
+    return packed, scales, q, channel
 
 
 def unpack_w4(packed: np.ndarray) -> np.ndarray:
@@ -99,9 +123,10 @@ EXPECTED = {
     "probe.f16.weight": (np.float16, (4, 6)),
     "probe.w8.weight": (np.int8, (5, 11)),
     "probe.w8.weight.scale": (np.float32, (5,)),
-    "probe.w4.weight": (np.uint8, (4, 32)),
-    "probe.w4.weight.scale": (np.float32, (4, 2)),
-    "probe.w4_fallback.weight": (np.int8, (3, 40)),
+    "probe.w4.weight": (np.uint8, (4, 64)),
+    "probe.w4.weight.scale": (np.float32, (4, 4)),
+    "probe.w4.weight.channel_scale": (np.float32, (4,)),
+    "probe.w4_fallback.weight": (np.int8, (3, 96)),
     "probe.w4_fallback.weight.scale": (np.float32, (3,)),
     "probe.norm.weight": (np.float32, (7,)),
     "probe.bias": (np.float32, (3,)),
@@ -205,7 +230,7 @@ def test_f16_rounds_to_nearest_even(tensors: dict[str, np.ndarray]) -> None:
 
 
 @pytest.mark.parametrize("name,src", [("probe.w8.weight", w8_source), ("probe.w4_fallback.weight",
-                                                                        lambda: source(3, 40))])
+                                                                        lambda: source(3, 96))])
 def test_w8(tensors: dict[str, np.ndarray], name: str, src) -> None:
     w = src()
     scale, q = expect_w8(w)
@@ -224,22 +249,25 @@ def test_w8_ties_and_zero_row(tensors: dict[str, np.ndarray]) -> None:
 
 def test_w4(tensors: dict[str, np.ndarray]) -> None:
     w = w4_source()
-    packed, scale, q = expect_w4(w)
+    packed, scale, q, channel = expect_w4(w)
     np.testing.assert_array_equal(tensors["probe.w4.weight.scale"], scale)
+    np.testing.assert_array_equal(tensors["probe.w4.weight.channel_scale"], channel)
     np.testing.assert_array_equal(tensors["probe.w4.weight"], packed)
     stored_q = unpack_w4(tensors["probe.w4.weight"])
     np.testing.assert_array_equal(stored_q, q)
-    step = np.repeat(tensors["probe.w4.weight.scale"], 32, axis=1)
-    assert_within_half_step(w, stored_q.astype(np.float32) * step, step)
+    m = tensors["probe.w4.weight.scale"] / channel[:, None]  # LPBQ: integer multipliers in 1..16
+    assert np.all(m == np.round(m)) and m.min() >= 1 and m.max() <= 16
+    assert np.all(scale[:, 0::2] == scale[:, 1::2])  # one scale per block of 64
 
 
-def test_w4_ties_nibble_order_and_zero_groups(tensors: dict[str, np.ndarray]) -> None:
+def test_w4_ties_nibble_order_and_zero_rows(tensors: dict[str, np.ndarray]) -> None:
     packed, scale = tensors["probe.w4.weight"], tensors["probe.w4.weight.scale"]
-    assert scale[0, 0] == 1 and scale[1].tolist() == [1, 1]
+    assert tensors["probe.w4.weight.channel_scale"][0] == 2.0**-4
+    assert scale[0, 0] == 1 and scale[1].tolist() == [1, 1, 1, 1]
     assert unpack_w4(packed)[0, :16].tolist() == [1, -2, 7, -7, 2, 4, -2, -4, 0, 0, 6, -6, 2, -2, 0, 3]
     assert packed[0, 0] == 0xE1  # column 0 (1) in the low nibble, column 1 (-2) in the high one
     assert packed[0, 1] == 0x97  # 7, -7
-    assert not packed[0, 8:16].any() and not packed[1].any()
+    assert not packed[1].any()
 
 
 def test_probe_reports_unwritable_path(tmp_path: Path) -> None:
