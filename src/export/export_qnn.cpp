@@ -1,8 +1,8 @@
 // `qhx_export --target qnn-htp`: a Hugging Face checkpoint -> the reference design's QNN
 // bundle. Three steps, so the HTP graphs run the very weights the CPU backend runs:
-//   1. the CPU w8 bundle (write_cpu_bundle), into .cpu-w8 inside the staging folder;
+//   1. the CPU w8 or w4 bundle (write_cpu_bundle), into .cpu-<weights> in the staging folder;
 //   2. the build-time generator (tools/qnn/make_qnn_bundle.py, in the QNN venv that
-//      scripts/setup_qnn.sh installs) turns its int8 matrices into QNN context binaries
+//      scripts/setup_qnn.sh installs) turns its int8 / 4-bit matrices into QNN context binaries
 //      for the SoC in the staging folder, and describes them in qnn_graphs.json;
 //   3. the host-side files (embedding table, stage F, tokenizer, config, template) join
 //      the binaries, and the two manifests are written from the description.
@@ -22,8 +22,10 @@
 #include "export/bundle_manifests.hpp"
 #include "export/export_steps.hpp"
 #include "export/staged_bundle.hpp"
+#include "formats/quantize.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/export.hpp"
+#include "qhexrt/hf_config.hpp"
 #include "runtime/hf_dir_plan.hpp"
 
 extern char** environ;
@@ -104,6 +106,27 @@ nlohmann::json read_json(const fs::path& p) {
   }
 }
 
+// A 4-bit HTP bundle has every matrix but the lm-head in 4 bits: a matrix whose input
+// features are not a multiple of the block, which a CPU bundle would keep in w8, is
+// refused here, before any work, rather than silently costing the NPU bytes.
+void check_w4_blocks(const ExportOptions& o) {
+  const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+  const auto& t = cfg.text;
+  const auto& v = cfg.vision;
+  const std::int64_t merged = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
+  const std::vector<std::pair<const char*, std::int64_t>> inputs{
+      {"the text decoder's q/k/v/gate/up projections (hidden_size)", t.hidden_size},
+      {"the text decoder's o_proj (num_attention_heads x head_dim)", t.num_attention_heads * t.head_dim},
+      {"the text decoder's down_proj (intermediate_size)", t.intermediate_size},
+      {"the vision blocks' qkv, proj and linear_fc1 (vision hidden_size)", v.hidden_size},
+      {"the vision blocks' linear_fc2 (vision intermediate_size)", v.intermediate_size},
+      {"the patch mergers (vision hidden_size x spatial_merge_size^2)", merged}};
+  for (const auto& [what, k] : inputs)
+    if (k % o.w4_block != 0)
+      fail("--target qnn-htp --weights w4: ", what, " take K = ", k, " input features, not a multiple of the w4 block (",
+           o.w4_block, " columns)", k % 32 == 0 && o.w4_block != 32 ? "; use --w4-block 32" : "; use --weights w8");
+}
+
 }  // namespace
 
 const std::vector<std::string>& qnn_socs() {
@@ -113,9 +136,13 @@ const std::vector<std::string>& qnn_socs() {
 
 ExportSummary export_qnn_bundle(const ExportOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (o.weights != "w8")
-    fail("--target qnn-htp bundles hold int8 weights with fp16 activations (W8A16): use --weights w8, not ", o.weights);
+  if (o.weights != "w8" && o.weights != "w4")
+    fail("--target qnn-htp bundles hold int8 (w8) or 4-bit (w4) weights with fp16 activations: use --weights w8 or "
+         "w4, not ",
+         o.weights);
   if (!o.lm_head.empty() && o.lm_head != "w8") fail("--target qnn-htp: the lm-head is int8 (--lm-head w8)");
+  check_w4_block(o.w4_block);
+  if (o.weights == "w4") check_w4_blocks(o);
   if (std::find(qnn_socs().begin(), qnn_socs().end(), o.soc) == qnn_socs().end())
     fail("--soc must be SM8650 (HTP v75), SM8750 (v79) or SM8850 (v81), got \"", o.soc, "\"");
   if (o.prefill_chunk >= o.context)
@@ -125,11 +152,12 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   return abandon_on_error(o, [&] {
     ExportOptions cpu = o;
     cpu.target = "cpu";
+    cpu.lm_head = "w8";
     check_cpu_export(cpu);
     const HfDirPlan hf = hf_dir_plan(o.hf_dir);
     StagedBundle stage(o.out_dir, o.hf_dir);
     const fs::path dir = stage.dir();
-    const fs::path w8 = dir / ".cpu-w8";  // the CPU w8 bundle the binaries are made from
+    const fs::path w8 = dir / (".cpu-" + o.weights);  // the CPU bundle the binaries are made from
     const WrittenFiles cpu_files = write_cpu_bundle(cpu, w8);
 
     std::vector<std::string> args{python.string(),   script.string(),
@@ -143,7 +171,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     run_generator(args, o);
     const nlohmann::json desc = read_json(dir / "qnn_graphs.json");
 
-    BundleFiles files = bundle_file_names("w8", o.image_size);
+    BundleFiles files = bundle_file_names(o.weights, o.image_size);
     files.model = cpu_files.names.model;
     files.context = o.context;
     files.prefill_chunk = o.prefill_chunk;

@@ -38,8 +38,11 @@ def seed_manifest(cfg: str, kind: str) -> str:
     return f"{model_name(cache_dir() / 'reference' / cfg / 'checkpoint')}-{kind}-256.json"
 
 
-def qnn_bundle(cfg: str) -> Path:
-    d = cache_dir() / "qnn" / "bundles" / cfg
+W4_BLOCK = {"tiny_a": "64", "tiny_b": "32"}  # tiny_b's K = 96 and 160 take blocks of 32
+
+
+def qnn_bundle(cfg: str, weights: str = "w8") -> Path:
+    d = cache_dir() / "qnn" / "bundles" / (cfg if weights == "w8" else f"{cfg}-{weights}")
     if not (d / "qnn_graphs.json").is_file():
         pytest.fail(f"{d} holds no qnn-htp bundle: run scripts/qnn_bundles.sh after the build")
     return d
@@ -55,20 +58,29 @@ def last_json(p: subprocess.CompletedProcess[bytes]) -> dict:
     return json.loads(p.stdout.decode().strip().splitlines()[-1])
 
 
+def cpu_bundle(tmp_path_factory, cfg: str, weights: str) -> Path:
+    """A CPU bundle of the checkpoint with the qnn bundle's options, with f32-activation manifests."""
+    d = tmp_path_factory.mktemp(f"cpu_{cfg}_{weights}")
+    extra = ["--w4-block", W4_BLOCK[cfg]] if weights == "w4" else []
+    p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / cfg / "checkpoint"),
+                        "--out", str(d), "--weights", weights, *extra, "--image-size", "256", "--prefill-chunk", "64",
+                        "--context", "384", "-q"], capture_output=True, check=False)
+    assert p.returncode == 0, p.stderr.decode()
+    for kind in ("vlm", "text"):
+        export_util.with_activations(d / seed_manifest(cfg, kind), "f32", d / f"{kind}-f32.json")
+    return d
+
+
 @pytest.fixture(scope="module")
 def cpu_bundles(tmp_path_factory) -> dict[str, Path]:
     """CPU w8 bundles of the same checkpoints and options, with f32 activations."""
-    out = {}
-    for cfg in ("tiny_a", "tiny_b"):
-        d = tmp_path_factory.mktemp(f"cpu_{cfg}")
-        p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / cfg / "checkpoint"),
-                            "--out", str(d), "--weights", "w8", "--image-size", "256", "--prefill-chunk", "64",
-                            "--context", "384", "-q"], capture_output=True, check=False)
-        assert p.returncode == 0, p.stderr.decode()
-        for kind in ("vlm", "text"):
-            export_util.with_activations(d / seed_manifest(cfg, kind), "f32", d / f"{kind}-f32.json")
-        out[cfg] = d
-    return out
+    return {cfg: cpu_bundle(tmp_path_factory, cfg, "w8") for cfg in ("tiny_a", "tiny_b")}
+
+
+@pytest.fixture(scope="module")
+def cpu_w4_bundles(tmp_path_factory) -> dict[str, Path]:
+    """CPU w4 bundles (the same 4-bit weights as the w4 qnn bundles), with f32 activations."""
+    return {cfg: cpu_bundle(tmp_path_factory, cfg, "w4") for cfg in ("tiny_a", "tiny_b")}
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -76,10 +88,14 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+@pytest.mark.parametrize("weights", ["w8", "w4"])
 @pytest.mark.parametrize("kind", ["vlm", "text"])
 @pytest.mark.parametrize("cfg", ["tiny_a", "tiny_b"])
-def test_seed_command_follows_the_cpu_backend(cfg, kind, cpu_bundles, tmp_path):
-    bundle = qnn_bundle(cfg)
+def test_seed_command_follows_the_cpu_backend(cfg, kind, weights, request, tmp_path):
+    """16 steps of the seed's command on the HTP against the CPU backend on the same int8 (w8)
+    or 4-bit (w4) weights with f32 activations, teacher-forced along the CPU's greedy tokens."""
+    bundle = qnn_bundle(cfg, weights)
+    cpu_bundles = request.getfixturevalue("cpu_bundles" if weights == "w8" else "cpu_w4_bundles")
     image = [str(IMAGE)] if kind == "vlm" else []
     cpu_dir, qnn_dir = tmp_path / "cpu", tmp_path / "qnn"
     cpu = last_json(run(["-m", str(cpu_bundles[cfg] / f"{kind}-f32.json"), "-p", PROMPTS[kind],
@@ -106,13 +122,13 @@ def test_seed_command_follows_the_cpu_backend(cfg, kind, cpu_bundles, tmp_path):
             diff = float(np.max(np.abs(lc[t] - lq[t])))            # how far the backends differ at this step
             assert gap <= 2 * diff, f"step {t}: HTP picks {pick}, CPU {tokens[t]} by a margin {gap} > 2x {diff}"
             flips.append((t, tokens[t], pick, gap))
-    print(f"{cfg} {kind}: {STEPS} steps, worst logits cosine {worst:.7f}, near-tie flips {flips}")
+    print(f"{cfg} {weights} {kind}: {STEPS} steps, worst logits cosine {worst:.7f}, near-tie flips {flips}")
     if kind == "vlm":
         for name in ("vision.image_embeds", "vision.deepstack_all"):
             a, b = np.load(cpu_dir / f"{name}.npy"), np.load(qnn_dir / f"{name}.npy")
             assert a.shape == b.shape, name
             c = cosine(a, b)
-            print(f"{cfg} {name}: cosine {c:.7f}")
+            print(f"{cfg} {weights} {name}: cosine {c:.7f}")
             assert c >= MIN_COSINE, f"{name}: cosine {c:.7f}"
 
 
@@ -127,6 +143,18 @@ def test_free_running_seed_command_gives_the_cpu_greedy_tokens(cpu_bundles):
                        capture_output=True, timeout=900, check=False, env=dict(os.environ))
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
     assert last_json(p)["tokens"] == cpu["tokens"]
+
+
+@pytest.mark.parametrize("cfg", ["tiny_a", "tiny_b"])
+def test_a_w4_bundle_holds_half_the_decoder_bytes_and_an_int8_lm_head(cfg):
+    w8 = json.loads((qnn_bundle(cfg) / "qnn_graphs.json").read_text())
+    w4 = json.loads((qnn_bundle(cfg, "w4") / "qnn_graphs.json").read_text())
+    assert (w8["weights"], w4["weights"]) == ("w8", "w4")
+    assert [p["layers"] for p in w4["llm_parts"]] == [p["layers"] for p in w8["llm_parts"]]
+    for p8, p4 in zip(w8["llm_parts"], w4["llm_parts"]):
+        assert 2 * p4["int8_weight_bytes"] == p8["int8_weight_bytes"]  # every decoder matrix in 4 bits
+        assert p4["shared"]["bytes"] < p8["shared"]["bytes"]
+    assert w4["lm_head"]["bytes"] == w8["lm_head"]["bytes"]             # the lm-head stays int8
 
 
 def test_the_bundle_holds_the_seed_files_and_every_graph_is_on_the_htp():
@@ -292,7 +320,8 @@ def test_export_gate_on_a_qnn_bundle(tmp_path):
 
 
 @pytest.mark.parametrize("args,needles", [
-    (["--weights", "w4"], ["--target qnn-htp", "W8A16", "--weights w8"]),
+    (["--weights", "f16"], ["--target qnn-htp", "--weights w8 or w4", "not f16"]),
+    (["--weights", "w4"], ["hidden_size", "K = 96", "not a multiple of the w4 block (64 columns)", "--w4-block 32"]),
     (["--prefill-chunk", "384"], ["--prefill-chunk (384)", "below --context (384)"]),
     (["--soc", "SM8450"], ["--soc"]),
 ])

@@ -75,8 +75,7 @@ class Reference:
         self.w, self.d = w, dims
 
     def mat(self, name: str) -> np.ndarray:  # W [N, K] = q * scale, exact in f32
-        q, s = self.w.matrix(name)
-        return q.astype(np.float32) * s[:, None]
+        return self.w.matrix(name).dequantized()
 
     def rms(self, x: np.ndarray, weight: str) -> np.ndarray:
         x64 = x.astype(np.float64)
@@ -308,8 +307,7 @@ def main() -> None:
             failures.append("no twins")
     if "lm_head" in desc:
         lw = Weights(a.bundle, ["lmhead_wqo.bin"])
-        q, s = lw.matrix("lm_head.weight")
-        V, H = q.shape
+        V, H = lw.matrix("lm_head.weight").q.shape
         lm = desc["lm_head"]
         ok = lm["bytes"] <= 1.2 * V * H
         print(f"lm_head: {lm['file']} {lm['bytes']} bytes = {lm['bytes'] / (V * H):.3f} x int8 bytes {V * H} "

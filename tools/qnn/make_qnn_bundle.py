@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Build-time driver: a QHexRT CPU w8 bundle -> QNN context binaries for the Hexagon HTP.
+"""Build-time driver: a QHexRT CPU w8 or w4 bundle -> QNN context binaries for the Hexagon HTP.
 
-    make_qnn_bundle.py --bundle CPU_W8_BUNDLE --out DIR --soc SM8750|SM8650|SM8850 --context CL
+    make_qnn_bundle.py --bundle CPU_BUNDLE --out DIR --soc SM8750|SM8650|SM8850 --context CL
                        --prefill-chunk AR --image-size S [--parts N] [--no-twins]
                        [--graphs text,lm_head,vision] [--opt-mode 3] [--keep-onnx]
 
-Run with the QNN venv ($QHX_CACHE/qnn/venv). The binaries hold the bundle's own int8 weights
-(MatMulNBits, fp16 activations), so the HTP and the CPU backend compute with the same matrices.
+Run with the QNN venv ($QHX_CACHE/qnn/venv). The binaries hold the bundle's own int8 or 4-bit
+weights (MatMulNBits, fp16 activations; the lm-head int8 either way), so the HTP and the CPU backend compute with the same matrices.
 
 Written into --out (which must not be the CPU bundle: both have an lmhead_wqo.bin):
     llm_shared_<S>[_<k>_of_<N>].bin   the decoder part k: graphs prefill (AR) and decode (AR=1)
@@ -42,7 +42,7 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from qnn_onnx import SOC_MODELS, Weights, prepare, prepare_shared  # noqa: E402
+from qnn_onnx import SOC_MODELS, Weights, prepare, prepare_shared, read_bundle_metadata  # noqa: E402
 import text_graphs as tg  # noqa: E402
 
 PART_BYTES = 400e6  # int8 decoder weight bytes per part when --parts is not given
@@ -67,12 +67,13 @@ def layer_of(name: str) -> int:
     return int(name.split(".")[3])
 
 
-def int8_layer_bytes(path: Path) -> int:
-    """Bytes of the int8 decoder matrices in a bundle file, from its safetensors header alone."""
+def layer_weight_bytes(path: Path) -> int:
+    """Bytes of the quantized (int8 or 4-bit) decoder matrices in a bundle file, from its
+    safetensors header alone."""
     with open(path, "rb") as f:
         header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     return sum(m["data_offsets"][1] - m["data_offsets"][0] for n, m in header.items()
-               if n.startswith(tg.LAYER[:-3]) and m.get("dtype") == "I8")
+               if n.startswith(tg.LAYER[:-3]) and m.get("dtype") in ("I8", "U8"))
 
 
 def find_file(bundle: Path, prefix: str, size: int) -> str:
@@ -137,7 +138,7 @@ def entry(meta: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bundle", required=True, type=Path, help="a CPU bundle exported with --weights w8")
+    ap.add_argument("--bundle", required=True, type=Path, help="a CPU bundle exported with --weights w8 or w4")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--soc", required=True, choices=sorted(SOC_MODELS))
     ap.add_argument("--context", required=True, type=int, help="CL: KV rows a block attends over (past + block)")
@@ -184,6 +185,9 @@ def main() -> None:
             "opt_mode": a.opt_mode, "onnx_dir": str(onnx_dir) if onnx_dir else None, "dims": dims,
             "context": CL, "prefill_chunk": AR, "n_ds": n_ds, "image_size": S}
     int8_bytes, prepare_seconds, peak = 0, 0.0, 0
+    weights = read_bundle_metadata(a.bundle / find_file(a.bundle, "llm_shared", S)).get("weights", "w8")
+    if weights not in ("w8", "w4"):
+        sys.exit(f"{a.bundle}: a {weights} bundle; the HTP graphs take a w8 or w4 one")
 
     def run(**job) -> dict:
         nonlocal prepare_seconds, peak
@@ -194,10 +198,10 @@ def main() -> None:
 
     if "text" in graphs:
         layer_file = find_file(a.bundle, "llm_shared", S)
-        layer_bytes = int8_layer_bytes(a.bundle / layer_file)
+        layer_bytes = layer_weight_bytes(a.bundle / layer_file)
         n_parts = a.parts or max(1, math.ceil(layer_bytes / PART_BYTES))
         parts = split_layers(dims["L"], n_parts)
-        print(f"decoder: {dims['L']} layers, {layer_bytes / 1e6:.1f} MB int8, {n_parts} part(s) {parts}", flush=True)
+        print(f"decoder: {dims['L']} layers, {layer_bytes / 1e6:.1f} MB {weights}, {n_parts} part(s) {parts}", flush=True)
         desc["llm_parts"] = []
         for k, layers in enumerate(parts, 1):
             suffix = f"{S}" if n_parts == 1 else f"{S}_{k}_of_{n_parts}"
@@ -221,8 +225,10 @@ def main() -> None:
         desc["vision"] = entry(run(kind="vision", name=f"vis_native_{S}", file=find_file(a.bundle, "vis_native", S),
                                    vision_cfg=cfg["vision_config"]))
 
-    desc["int8_weight_bytes"] = int8_bytes        # matrices of the text graphs built (decoder + lm-head)
-    desc["fp16_weight_bytes"] = 2 * int8_bytes    # the same matrices as fp16
+    desc["weights"] = weights                     # the bundle's: w8, or w4 (the lm-head stays int8)
+    desc["int8_weight_bytes"] = int8_bytes        # quantized matrices of the text graphs built (decoder + lm-head)
+    if weights == "w8":
+        desc["fp16_weight_bytes"] = 2 * int8_bytes    # the same matrices as fp16
     desc["prepare_seconds"] = round(prepare_seconds, 3)
     desc["peak_rss_mb"] = peak  # the largest child's (one binary's build and preparation)
     tmp = a.out / "qnn_graphs.json.tmp"

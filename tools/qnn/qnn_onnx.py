@@ -1,15 +1,16 @@
 """Shared pieces of the QNN generators: reading a QHexRT bundle, building fp16 ONNX graphs
-whose matrices stay int8 on the HTP, and preparing them with ONNX Runtime's QNN EP.
+whose matrices stay int8 or 4-bit on the HTP, and preparing them with ONNX Runtime's QNN EP.
 
 Run with the QNN venv ($QHX_CACHE/qnn/venv, scripts/setup_qnn.sh): onnx, numpy and ONNX
 Runtime with the onnxruntime-qnn plugin EP; no torch.
 
-Weights come from a CPU bundle written by `qhx_export --weights w8` (docs/bundle.md): every
-matrix is int8 per output row with an f32 scale, so the HTP graphs and the CPU backend run the
-very same quantized weights. On the HTP a matrix is `com.microsoft::MatMulNBits` with `bits=8`
-and `block_size=K` (one block per row: the bundle's per-row scale), zero point 128 (the
-default), so q in [-127, 127] is stored as the byte q + 128. The scale travels as fp16 (the
-activations' type, which MatMulNBits requires), a rounding of at most 2^-11 of itself.
+Weights come from a CPU bundle written by `qhx_export --weights w8` or `w4` (docs/bundle.md),
+so the HTP graphs and the CPU backend run the very same quantized weights. On the HTP a matrix
+is `com.microsoft::MatMulNBits`: a w8 one with `bits=8` and `block_size=K` (one block per row:
+the bundle's per-row scale), a w4 one with `bits=4` and the bundle's block (64 or 32); zero
+points the default, so q is stored as q + 128 (q + 8). The scales travel as fp16 (the
+activations' type, which MatMulNBits requires): a rounding of at most 2^-11 for w8, none for w4,
+whose block scales have at most 8 significant bits.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import struct
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 F16 = TensorProto.FLOAT16
 OPSET = 23          # RMSNormalization, LayerNormalization (one HTP op each)
 MS_DOMAIN = "com.microsoft"
-MAX_NODE_WEIGHTS = 1 << 22  # int8 weights per MatMulNBits node (see Builder.linear_w8)
+MAX_NODE_WEIGHTS = 1 << 22  # weights per MatMulNBits node (see Builder.linear)
 SOC_MODELS = {"SM8650": ("75", "57"), "SM8750": ("79", "69"), "SM8850": ("81", "87")}  # soc -> (htp_arch, soc_model)
 
 
@@ -93,19 +95,65 @@ def read_bundle_file(path: Path, keep=None) -> dict[str, np.ndarray]:
     return {k: v for k, v in out.items() if keep is None or keep(k)}
 
 
+def read_bundle_metadata(path: Path) -> dict[str, str]:
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+@dataclass
+class Matrix:
+    """A quantized matrix of the bundle: value (r, c) = q[r, c] * scale[r, c // block].
+    w8: q in [-127, 127], one block per row (scale [N]); w4: q in [-8, 7], scale [N, K / block]."""
+    q: np.ndarray      # int8 [N, K]
+    scale: np.ndarray  # f32 [N] (bits 8) or [N, K / block] (bits 4)
+    bits: int
+
+    @property
+    def block(self) -> int:
+        return self.q.shape[1] if self.bits == 8 else self.q.shape[1] // self.scale.shape[1]
+
+    def rows(self, a: int, b: int) -> "Matrix":
+        return Matrix(self.q[a:b], self.scale[a:b], self.bits)
+
+    def dequantized(self) -> np.ndarray:  # exact in f32: one product per value
+        s = self.scale[:, None] if self.bits == 8 else np.repeat(self.scale, self.block, axis=1)
+        return self.q.astype(np.float32) * s
+
+
+def unpack_w4(packed: np.ndarray) -> np.ndarray:
+    """U8 [N, K/2] (column 2j in the low nibble of byte j, two's complement) -> int8 [N, K]."""
+    nib = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(packed.shape[0], -1).astype(np.int8)
+    return np.where(nib >= 8, nib - 16, nib).astype(np.int8)
+
+
 class Weights:
-    """A bundle's tensors by Hugging Face name: w8 matrices as (q int8 [N, K], scale f32 [N])."""
+    """A bundle's tensors by Hugging Face name; quantized matrices as Matrix (w8 or w4)."""
 
     def __init__(self, bundle: Path, files: list[str], keep=None):
         self.t: dict[str, np.ndarray] = {}
+        self.w4_block: dict[str, int] = {}  # w4 matrix -> its block (docs/bundle.md, "w4")
         for f in files:
-            self.t.update(read_bundle_file(bundle / f, keep))
+            got = read_bundle_file(bundle / f, keep)
+            # Files written before "w4_block" hold groups of 32 with a scale each.
+            block = int(read_bundle_metadata(bundle / f).get("w4_block", "32"))
+            self.w4_block.update({k: block for k, v in got.items() if v.dtype == np.uint8})
+            self.t.update(got)
 
-    def matrix(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        q = self.t[name]
-        if q.dtype != np.int8 or name + ".scale" not in self.t:
-            sys.exit(f"{name}: expected a w8 matrix (int8 with a .scale); export the bundle with --weights w8")
-        return q, self.t[name + ".scale"].astype(np.float32)
+    def matrix(self, name: str) -> Matrix:
+        q = self.t.get(name)
+        if q is None or name + ".scale" not in self.t or q.dtype not in (np.int8, np.uint8):
+            sys.exit(f"{name}: expected a w8 (int8) or w4 (uint8) matrix with a .scale; export the bundle with "
+                     "--weights w8 or w4")
+        scale = self.t[name + ".scale"].astype(np.float32)
+        if q.dtype == np.int8:
+            return Matrix(q, scale, 8)
+        block = self.w4_block[name]
+        per_block = block // 32
+        blocks = scale.reshape(scale.shape[0], -1, per_block)
+        if not np.all(blocks == blocks[:, :, :1]):
+            sys.exit(f"{name}: its w4 scales differ within a block of {block} columns (the file says w4_block {block})")
+        return Matrix(unpack_w4(q), np.ascontiguousarray(blocks[:, :, 0]), 4)
 
     def vector(self, name: str) -> np.ndarray:
         return self.t[name].astype(np.float32)
@@ -147,27 +195,36 @@ class Builder:
     def output(self, tensor: str, name: str) -> None:
         self.nodes.append(helper.make_node("Identity", [tensor], [name]))
 
-    def linear_w8(self, x: str, q: np.ndarray, scale: np.ndarray, name: str, bias: np.ndarray | None = None) -> str:
-        """x[1, T, K] . W^T -> [1, T, N], W = q * scale[:, None] (int8 per row) as MatMulNBits.
+    def linear(self, x: str, m: Matrix, name: str, bias: np.ndarray | None = None) -> str:
+        """x[1, T, K] . W^T -> [1, T, N] as MatMulNBits: w8 with bits 8 and one block per row
+        (block_size K, the bundle's per-row scale), w4 with bits 4 and the bundle's blocks;
+        zero points the default (128, 8), so q is stored as q + 128 (q + 8 in each nibble).
 
         A matrix over MAX_NODE_WEIGHTS is split by rows into a power-of-two number of
         MatMulNBits nodes concatenated along N (initializers `name.<i>.q`): finalization mode 3
         prepares a 151936x96 lm-head in 4 pieces in 2.9 s, whole in 21 s. Exactly 3 pieces failed
         to finalize every time (QNN_COMMON_ERROR_MEM_ALLOC: 6144x2048, 2048x6144, 151936x64;
-        2, 4, 5, 6, 8, 16 passed), and mode 1 fails on many shapes whole or split [probed, QAIRT 2.51]."""
-        N, K = q.shape
+        2, 4, 5, 6, 8, 16 passed), and mode 1 fails on many shapes whole or split [probed, QAIRT 2.51].
+        With fp16 activations the QNN EP gives 4-bit weights per-block float scales (BW_FLOAT_BLOCK;
+        its LPBQ encoding needs 16-bit quantized activations: docs/qnn.md)."""
+        N, K = m.q.shape
         if K % 4 != 0:
             sys.exit(f"{name}: K = {K} is not a multiple of 4 (MatMulNBits' block size must be)")
         pieces = 1 << max(0, -(-N * K // MAX_NODE_WEIGHTS) - 1).bit_length()   # next power of two
         if pieces > 1:
             cut = [N * i // pieces for i in range(pieces + 1)]        # exactly `pieces` row ranges
-            ys = [self.linear_w8(x, q[a:b], scale[a:b], f"{name}.{i}", None if bias is None else bias[a:b])
+            ys = [self.linear(x, m.rows(a, b), f"{name}.{i}", None if bias is None else bias[a:b])
                   for i, (a, b) in enumerate(zip(cut, cut[1:]))]
             return self.op("Concat", ys, name, axis=-1)
-        packed = (q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
-        ins = [x, self.const(f"{name}.q", packed), self.f16(scale, f"{name}.scale")]
-        self.weight_bytes += N * K
-        y = self.op("MatMulNBits", ins, name, domain=MS_DOMAIN, K=K, N=N, bits=8, block_size=K)
+        if m.bits == 8:
+            packed = (m.q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
+            self.weight_bytes += N * K
+        else:
+            u = (m.q.astype(np.int16) + 8).astype(np.uint8)
+            packed = (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8).reshape(N, K // m.block, m.block // 2)
+            self.weight_bytes += N * K // 2
+        ins = [x, self.const(f"{name}.q", packed), self.f16(m.scale, f"{name}.scale")]
+        y = self.op("MatMulNBits", ins, name, domain=MS_DOMAIN, K=K, N=N, bits=m.bits, block_size=m.block)
         if bias is None:
             return y
         # A separate Add: the QNN EP (2.7.0) refuses MatMulNBits with its bias input.

@@ -16,7 +16,7 @@ the M-RoPE cos/sin tables and scatters DeepStack features. The graph is a pure f
     outputs  hidden [AR, H]                   final-normed in the last part, else the raw residual
              new_key, new_value [AR, Lp, kv, D]
 
-All float tensors are fp16; matrices are int8 MatMulNBits (qnn_onnx.Builder.linear_w8). Weight
+All float tensors are fp16; matrices are int8 or 4-bit MatMulNBits (qnn_onnx.Builder.linear). Weight
 initializers are named after the Hugging Face tensors only (never after AR or a counter), so the
 prefill (AR=N) and decode (AR=1) graphs of one part name them identically and ORT's EP-context
 sharing keeps one weight set for both.
@@ -61,7 +61,7 @@ def _decoder_layer(b: Builder, w: Weights, dims: dict, layer: int, x: str, cos: 
     rep, half, p = nh // kv, D // 2, LAYER.format(layer)
 
     def lin(t: str, name: str) -> str:
-        return b.linear_w8(t, *w.matrix(p + name + ".weight"), p + name)
+        return b.linear(t, w.matrix(p + name + ".weight"), p + name)
 
     def rope(t: str, name: str) -> str:  # t [AR, heads, D]: t*cos + rotate_half(t)*sin
         swapped = b.op("Concat", [b.slice(t, half, D, 2, f"{name}.hi"), b.slice(t, 0, half, 2, f"{name}.lo")],
@@ -157,10 +157,10 @@ def _prefix_intermediates(model: onnx.ModelProto, prefix: str) -> None:
 
 def build_lm_head_model(w: Weights, name: str = "lm_head") -> onnx.ModelProto:
     """y [1, V] = x [1, H] . W^T with W the bundle's int8 lm_head.weight."""
-    q, scale = w.matrix("lm_head.weight")
-    V, H = q.shape
+    m = w.matrix("lm_head.weight")
+    V, H = m.q.shape
     b = Builder()
-    y = b.linear_w8(b.reshape("x", [1, 1, H], "x3"), q, scale, "lm_head")          # [1, 1, V]
+    y = b.linear(b.reshape("x", [1, 1, H], "x3"), m, "lm_head")                      # [1, 1, V]
     b.output(b.reshape(y, [1, V], "y2"), "y")
     model = b.model(name, [("x", [1, H])], [("y", [1, V])])
     model.metadata_props.add(key="int8_weight_bytes", value=str(b.weight_bytes))

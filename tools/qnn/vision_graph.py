@@ -6,7 +6,7 @@ data-dependent stays on the host: stage F (patch embedding + interpolated positi
 f32) and the 2-D rope tables, so the graph takes `hidden [n, Hv]`, `rope_cos [n, hd/2]` and
 `rope_sin [n, hd/2]` (the half tables: the full rotation is cat(cos, cos), cat(sin, sin) with
 rotate_half, so one half carries everything). Every matrix is int8 per output row
-(`Builder.linear_w8`, MatMulNBits bits=8), everything else fp16 ops that map to single HTP ops
+(`Builder.linear`, MatMulNBits bits 8 or 4), everything else fp16 ops that map to single HTP ops
 (LayerNormalization, Gelu, Softmax, MatMul, elementwise, Slice/Concat/Reshape/Transpose).
 
 The math follows the CPU encoder src/backends/cpu/models/qwen3vl/vision_encoder.cpp (HF-exact):
@@ -32,8 +32,7 @@ P = "model.visual."
 
 def _linear(b: Builder, w: Weights, x: str, name: str) -> str:
     """x [1, T, K] -> [1, T, N] with the bundle's int8 matrix `name`.weight and its bias."""
-    q, scale = w.matrix(name + ".weight")
-    return b.linear_w8(x, q, scale, name, bias=w.vector(name + ".bias"))
+    return b.linear(x, w.matrix(name + ".weight"), name, bias=w.vector(name + ".bias"))
 
 
 def _layer_norm(b: Builder, w: Weights, x: str, name: str) -> str:
