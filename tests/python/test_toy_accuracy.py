@@ -7,12 +7,13 @@ question of each kind that applies per image. Paths, each answering every questi
     the slow image processor, the chat template, generate(do_sample=False);
   - QHexRT f32, w8 with int8 activations (the bundle's default), w8 with f32 activations, w4:
     bundles from `qhx_export --image-size 96`, answers from `qhx_generate --batch tasks.jsonl`;
-  - the qnn-htp bundle in the QAIRT HTP emulation (the NPU path: fp16 activations, w8 weights),
-    on a subset of QNN_QUESTIONS short answers: the emulation takes about 9 s per token here.
+  - the qnn-htp bundles in the QAIRT HTP emulation (the NPU path: fp16 activations, w8 and w4
+    weights), on a subset of QNN_QUESTIONS short answers: the emulation takes about 9 s per token here.
 
 What must hold: transformers fp32 >= 90% on the captions and >= 90% on the other answers;
-QHexRT f32 gives transformers' answer on every question; both w8 paths within 2 points of fp32;
-the emulated HTP gives the CPU w8 f32-act answers on its subset; w4 is reported.
+QHexRT f32 gives transformers' answer on every question; both w8 paths and w4 (low-power block
+quantization, docs/bundle.md) within 2 points of fp32; each emulated HTP bundle gives the answers
+of the CPU bundle with the same weights and f32 activations on its subset.
 The table (per path and kind) is written to $QHX_CACHE/toy/accuracy.md, which scripts/test.sh
 prints after the tests.
 """
@@ -38,8 +39,10 @@ HELD_OUT_SEED = 1
 HELD_OUT_IMAGES = 60
 MAX_NEW = 40
 PATHS = ("transformers fp32", "QHexRT f32", "QHexRT w8 int8-act", "QHexRT w8 f32-act", "QHexRT w4",
-         "QHexRT qnn-htp (emulation)")
+         "QHexRT w4 f32-act", "QHexRT qnn-htp (emulation)", "QHexRT qnn-htp w4 (emulation)")
 QNN = "QHexRT qnn-htp (emulation)"
+QNN_W4 = "QHexRT qnn-htp w4 (emulation)"
+CPU_TWIN = {QNN: "QHexRT w8 f32-act", QNN_W4: "QHexRT w4 f32-act"}  # the CPU path on the same weights
 QNN_QUESTIONS = 2
 QNN_KINDS = ("count", "colour", "background")
 _answers: dict[str, list[str]] = {}  # path -> the answer to every held-out question (QNN: to its subset)
@@ -127,12 +130,12 @@ def write_table(rows: list[dict[str, str]]) -> str:
     for path in PATHS:
         if path not in _answers:
             continue
-        if path == QNN:
+        if path in CPU_TWIN:
             picked = qnn_subset(rows)
-            same = sum(a == _answers["QHexRT w8 f32-act"][i] for a, i in zip(_answers[QNN], picked))
-            c, n = accuracy(_answers[QNN], [rows[i] for i in picked])
-            lines.append(f"| {path} | {c}/{n} of a subset ({', '.join(QNN_KINDS)}); {same}/{n} equal to w8 f32-act | "
-                         + " | ".join("" for _ in kinds) + " |")
+            same = sum(a == _answers[CPU_TWIN[path]][i] for a, i in zip(_answers[path], picked))
+            c, n = accuracy(_answers[path], [rows[i] for i in picked])
+            lines.append(f"| {path} | {c}/{n} of a subset ({', '.join(QNN_KINDS)}); {same}/{n} equal to "
+                         f"{CPU_TWIN[path].removeprefix('QHexRT ')} | " + " | ".join("" for _ in kinds) + " |")
             continue
         c, n = accuracy(_answers[path], rows)
         cells = [f"{100 * c / n:.1f}%"]
@@ -160,16 +163,18 @@ def answers(checkpoint, held_out, tmp_path_factory) -> dict[str, list[str]]:
     _answers["QHexRT w8 int8-act"] = qhexrt_answers(manifest(w8), task_dir, len(rows))
     _answers["QHexRT w8 f32-act"] = qhexrt_answers(manifest(w8, "f32"), task_dir, len(rows))
     _answers["QHexRT w4"] = qhexrt_answers(manifest(w4), task_dir, len(rows))
+    _answers["QHexRT w4 f32-act"] = qhexrt_answers(manifest(w4, "f32"), task_dir, len(rows))
     # The NPU path: the qnn-htp bundle (context binaries for HTP v79) run in QAIRT's x86-64
     # emulation, found where scripts/setup_qnn.sh puts the libraries.
     # The emulation runs about 9 s per token for this model (its 151,936 x 256 lm-head on the
     # emulated HVX), so it answers a subset: the first QNN_QUESTIONS short answers.
-    qnn = export(checkpoint, b / "qnn", "--target", "qnn-htp", "--soc", "SM8750", "--weights", "w8",
-                 "--prefill-chunk", "64", "--context", "128")
     subset = task_dir / "qnn_tasks.jsonl"
     picked = qnn_subset(rows)
     subset.write_text("".join(json.dumps(rows[i]) + "\n" for i in picked))
-    _answers["QHexRT qnn-htp (emulation)"] = qhexrt_answers(manifest(qnn), task_dir, len(picked), subset)
+    for path, weights in ((QNN, "w8"), (QNN_W4, "w4")):
+        qnn = export(checkpoint, b / f"qnn-{weights}", "--target", "qnn-htp", "--soc", "SM8750", "--weights", weights,
+                     "--prefill-chunk", "64", "--context", "128")
+        _answers[path] = qhexrt_answers(manifest(qnn), task_dir, len(picked), subset)
     write_table(rows)
     return _answers
 
@@ -190,16 +195,18 @@ def test_qhexrt_f32_gives_transformers_answers(answers, held_out):
     assert not diff, f"{len(diff)} of {len(rows)} answers differ, e.g. {diff[:3]}"
 
 
-def test_the_npu_path_answers_as_the_cpu_does_on_the_same_weights(answers, held_out):
-    """The HTP keeps activations in fp16 on the same int8 weights: the CPU's w8 f32-act answers."""
+@pytest.mark.parametrize("path", [QNN, QNN_W4])
+def test_the_npu_path_answers_as_the_cpu_does_on_the_same_weights(answers, held_out, path):
+    """The HTP keeps activations in fp16 on the same int8 or 4-bit weights: the answers of the
+    CPU bundle with those weights and f32 activations."""
     _, rows = held_out
     picked = qnn_subset(rows)
-    assert len(answers[QNN]) == len(picked) == QNN_QUESTIONS
-    assert answers[QNN] == [answers["QHexRT w8 f32-act"][i] for i in picked]
+    assert len(answers[path]) == len(picked) == QNN_QUESTIONS
+    assert answers[path] == [answers[CPU_TWIN[path]][i] for i in picked]
 
 
-@pytest.mark.parametrize("path", ["QHexRT w8 int8-act", "QHexRT w8 f32-act"])
-def test_w8_within_two_points_of_fp32(answers, held_out, path):
+@pytest.mark.parametrize("path", ["QHexRT w8 int8-act", "QHexRT w8 f32-act", "QHexRT w4", "QHexRT w4 f32-act"])
+def test_quantized_within_two_points_of_fp32(answers, held_out, path):
     _, rows = held_out
     ref, n = accuracy(answers["transformers fp32"], rows)
     got, _ = accuracy(answers[path], rows)
