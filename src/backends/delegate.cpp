@@ -81,12 +81,17 @@ void check_io(const std::string& graph, std::span<const IoSpec> specs, std::span
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const IoSpec& s = specs[i];
     const TensorRef& t = tensors[i];
-    bool ok = t.dtype == s.dtype && t.shape.size() == s.shape.size() && (t.data != nullptr || t.numel() == 0);
+    const bool dtype_ok = t.dtype == s.dtype || (s.f16 && s.dtype == DType::F32 && t.dtype == DType::F16);
+    bool ok = dtype_ok && t.shape.size() == s.shape.size() && (t.data != nullptr || t.numel() == 0);
     for (std::size_t d = 0; ok && d < s.shape.size(); ++d)
       ok = s.shape[d] < 0 ? t.shape[d] >= 0 : t.shape[d] == s.shape[d];
     if (!ok)
-      fail("graph \"", graph, "\": ", what, " \"", s.name, "\" must be ", dtype_name(s.dtype), shape_str(s.shape),
-           " (-1 = any), got ", dtype_name(t.dtype), shape_str(t.shape));
+      fail("graph \"", graph, "\": ", what, " \"", s.name, "\" must be ", dtype_name(s.dtype), s.f16 ? " (or F16)" : "",
+           shape_str(s.shape), " (-1 = any), got ", dtype_name(t.dtype), shape_str(t.shape));
+    if (t.group_rows != 0 && (s.layer_groups.empty() || t.group_rows < t.shape[0]))
+      fail("graph \"", graph, "\": ", what, " \"", s.name, "\" is bound group-major (slabs of ", t.group_rows,
+           " rows), which needs a KV tensor of layer groups and slabs of at least its ",
+           t.shape.empty() ? 0 : t.shape[0], " rows");
   }
 }
 

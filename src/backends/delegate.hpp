@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qhexrt/dtype.hpp"
@@ -23,6 +24,10 @@ struct TensorRef {
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   void* data = nullptr;
+  // For a tensor whose IoSpec has layer_groups: > 0 when the data is group-major, each
+  // group's [rows, its layers, ...] a slab of group_rows rows (>= shape[0]), slabs back
+  // to back in group order (how a KV manager keeps a split decoder's cache); 0: plain.
+  std::int64_t group_rows = 0;
 
   std::int64_t numel() const;
   template <typename T>
@@ -39,10 +44,21 @@ enum class IoRole : std::uint8_t { Input, State, Output };
 // One named input or output of a graph: the graph's contract with the stages,
 // which bind tensors by these names. A dimension of -1 varies per call.
 struct IoSpec {
+  IoSpec() = default;
+  IoSpec(std::string n, DType d, std::vector<std::int64_t> s, IoRole r = IoRole::Input)
+      : name(std::move(n)), dtype(d), shape(std::move(s)), role(r) {}
+
   std::string name;
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   IoRole role = IoRole::Input;  // outputs are IoRole::Output whatever they say
+  // An F32 tensor the graph holds as IEEE fp16: a binding may give it F16 data instead,
+  // which the backend then reads or writes in place (no conversion, no copy).
+  bool f16 = false;
+  // A KV tensor [rows, layers, ...] of a decoder that runs its layers in groups (parts):
+  // the layers of each group, in order; such a tensor may be bound group-major
+  // (TensorRef::group_rows). Empty: not a KV tensor.
+  std::vector<std::int64_t> layer_groups;
 };
 
 // How the stages drive a graph (docs/manifest.md, "Decoder contracts"): a language model
@@ -77,6 +93,9 @@ class Delegate {
   virtual void execute(std::span<const TensorRef> inputs, std::span<const TensorRef> outputs) = 0;
   // The contract the graph's kind (or, for a kind that runs any graph, its entry) declares.
   virtual GraphContract contract() const { return GraphContract::Plain; }
+  // Bytes the host has copied or converted at this graph's boundary so far (read plus
+  // written); 0 for a backend whose graphs take the stages' buffers as they are.
+  virtual std::uint64_t boundary_bytes() const { return 0; }
 };
 
 using DelegateFactory = std::function<std::unique_ptr<Delegate>()>;

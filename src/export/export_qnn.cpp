@@ -123,8 +123,9 @@ void check_w4_blocks(const ExportOptions& o) {
       {"the patch mergers (vision hidden_size x spatial_merge_size^2)", merged}};
   for (const auto& [what, k] : inputs)
     if (k % o.w4_block != 0)
-      fail("--target qnn-htp --weights w4: ", what, " take K = ", k, " input features, not a multiple of the w4 block (",
-           o.w4_block, " columns)", k % 32 == 0 && o.w4_block != 32 ? "; use --w4-block 32" : "; use --weights w8");
+      fail("--target qnn-htp --weights w4: ", what, " take K = ", k,
+           " input features, not a multiple of the w4 block (", o.w4_block, " columns)",
+           k % 32 == 0 && o.w4_block != 32 ? "; use --w4-block 32" : "; use --weights w8");
 }
 
 }  // namespace
@@ -137,9 +138,10 @@ const std::vector<std::string>& qnn_socs() {
 ExportSummary export_qnn_bundle(const ExportOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.weights != "w8" && o.weights != "w4")
-    fail("--target qnn-htp bundles hold int8 (w8) or 4-bit (w4) weights with fp16 activations: use --weights w8 or "
-         "w4, not ",
-         o.weights);
+    fail(
+        "--target qnn-htp bundles hold int8 (w8) or 4-bit (w4) weights with fp16 activations: use --weights w8 or "
+        "w4, not ",
+        o.weights);
   if (!o.lm_head.empty() && o.lm_head != "w8") fail("--target qnn-htp: the lm-head is int8 (--lm-head w8)");
   check_w4_block(o.w4_block);
   if (o.weights == "w4") check_w4_blocks(o);

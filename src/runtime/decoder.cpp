@@ -65,8 +65,17 @@ class BlockDecoder final : public Decoder {
     if (half_ != family.rope_width())
       fail("graph \"", llm.name, "\": rope_cos rows of ", half_, " for a model whose rope tables are ",
            family.rope_width(), " wide");
-    row_ = 1;  // floats of one token's keys over all layers
-    for (std::size_t d = 1; d < pk.shape.size(); ++d) row_ *= pk.shape[d];
+    std::int64_t inner = 1;  // elements of one layer's keys of one token
+    for (std::size_t d = 2; d < pk.shape.size(); ++d) inner *= pk.shape[d];
+    // The cache in the graph's own layout when it takes fp16 in place (an NPU graph): one
+    // slab per group of layers it runs together; else f32 rows, converted per call.
+    if (pk.f16 && !pk.layer_groups.empty() && llm.output("new_key").f16) {
+      layout_.dtype = DType::F16;
+      for (const auto layers : pk.layer_groups) layout_.widths.push_back(layers * inner);
+    } else {
+      layout_.widths = {pk.shape.size() > 1 ? pk.shape[1] * inner : inner};
+    }
+    mask_dtype_ = llm.input("attention_mask").f16 ? DType::F16 : DType::F32;
     deepstack_ = llm.has_input("deepstack") ? &llm.input("deepstack") : nullptr;
   }
   std::int64_t block() const override { return block_; }
@@ -78,19 +87,21 @@ class BlockDecoder final : public Decoder {
     if (s.start > past_)
       fail("graph \"", llm_.name, "\": ", s.start, " tokens are cached, but a block of ", AR, " in a context of ", CL,
            " has room for a past of ", past_, " (a smaller block continues from there)");
-    const KvManager::BlockCache cache = kv.block_cache(CL, row_);
-    const std::vector<std::uint8_t> no_mask(s.image_mask == nullptr ? static_cast<std::size_t>(T) : 0, 0);
-    const std::uint8_t* mask = s.image_mask != nullptr ? s.image_mask : no_mask.data();
-    BlockInputs& b = kv.prepare_block(family_, AR, past_, H, half_, row_, s.embeds, s.positions, T, s.start,
-                                      s.deepstack, s.n_deepstack, mask);
+    const KvManager::BlockCache cache = kv.block_cache(CL, layout_);
+    if (no_mask_.size() < static_cast<std::size_t>(T)) no_mask_.assign(static_cast<std::size_t>(T), 0);
+    const std::uint8_t* mask = s.image_mask != nullptr ? s.image_mask : no_mask_.data();
+    BlockInputs& b = kv.prepare_block(family_, AR, past_, H, half_, cache, mask_dtype_, s.embeds, s.positions, T,
+                                      s.start, s.deepstack, s.n_deepstack, mask);
     const std::vector<std::int64_t>& past_shape = llm_.input("past_key").shape;
     const std::vector<std::int64_t>& new_shape = llm_.output("new_key").shape;
+    const DType kv_dtype = layout_.dtype;
+    const std::int64_t slab = kv_dtype == DType::F16 ? CL : 0, new_slab = kv_dtype == DType::F16 ? AR : 0;
     std::vector<Binding> ins{{"inputs_embeds", {DType::F32, {AR, H}, b.embeds.data()}},
-                             {"attention_mask", {DType::F32, {AR, CL}, b.mask.data()}},
+                             {"attention_mask", {mask_dtype_, {AR, CL}, const_cast<void*>(b.mask)}},
                              {"rope_cos", {DType::F32, {AR, half_}, b.cos.data()}},
                              {"rope_sin", {DType::F32, {AR, half_}, b.sin.data()}},
-                             {"past_key", {DType::F32, past_shape, cache.keys}},
-                             {"past_value", {DType::F32, past_shape, cache.values}}};
+                             {"past_key", {kv_dtype, past_shape, cache.keys, slab}},
+                             {"past_value", {kv_dtype, past_shape, cache.values, slab}}};
     // A decode block graph (AR 1) has no DeepStack input: its tokens are generated text.
     if (deepstack_ != nullptr) {
       const std::int64_t want = deepstack_->shape[0] < 0 ? s.n_deepstack : deepstack_->shape[0];
@@ -103,17 +114,25 @@ class BlockDecoder final : public Decoder {
            "(image tokens go through the prefill graph)");
     }
     const Binding out[] = {{"hidden", {DType::F32, {AR, H}, b.hidden.data()}},
-                           {"new_key", {DType::F32, new_shape, b.new_keys.data()}},
-                           {"new_value", {DType::F32, new_shape, b.new_values.data()}}};
+                           {"new_key", {kv_dtype, new_shape, b.new_keys.data(), new_slab}},
+                           {"new_value", {kv_dtype, new_shape, b.new_values.data(), new_slab}}};
+    const std::uint64_t before = llm_.delegate->boundary_bytes();
     llm_.run(ins, out);
-    kv.write_block_rows(cache, s.start, T);
+    BlockStats& stats = kv.block_stats();
+    stats.host_bytes += llm_.delegate->boundary_bytes() - before;
+    ++stats.calls;
+    stats.padded_tokens += AR - T;
+    kv.write_block_rows(cache, AR, s.start, T);
     return b.hidden.data();
   }
 
  private:
   const ModelFamily& family_;
-  std::int64_t block_ = 0, past_ = 0, half_ = 0, row_ = 0;
+  std::int64_t block_ = 0, past_ = 0, half_ = 0;
+  BlockLayout layout_;
+  DType mask_dtype_ = DType::F32;
   const IoSpec* deepstack_ = nullptr;
+  std::vector<std::uint8_t> no_mask_;  // [T] zeros, for steps without images
 };
 
 }  // namespace
@@ -140,8 +159,10 @@ void run_decoder_step(Decoder& decoder, Graph& lm_head, KvManager& kv, const Dec
   if (rows <= 0) return;  // a chunk before the prompt's last: the lm-head is not run
   const std::int64_t H = decoder.hidden_size(), V = lm_head.output("y").shape[1];
   out.resize(static_cast<std::size_t>(rows * V));
+  const std::uint64_t before = lm_head.delegate->boundary_bytes();
   lm_head.run({{"x", {DType::F32, {rows, H}, const_cast<float*>(hidden + (step.tokens - rows) * H)}}},
               {{"y", {DType::F32, {rows, V}, out.data()}}});
+  kv.block_stats().host_bytes += lm_head.delegate->boundary_bytes() - before;
 }
 
 }  // namespace qhx

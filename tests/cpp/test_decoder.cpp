@@ -25,6 +25,7 @@
 #include "qhexrt/safetensors.hpp"
 #include "qhexrt/session.hpp"
 #include "runtime/decoder.hpp"
+#include "common/half.hpp"
 #include "runtime/kv_manager.hpp"
 #include "runtime/manifest.hpp"
 #include "runtime/run_context.hpp"
@@ -126,8 +127,10 @@ class FakeBlockLm final : public Delegate {
     // Open past columns of row 0: the tokens already cached.
     std::int64_t start = 0;
     while (start < CL_ - AR_ && mask[start] == 0.0f) ++start;
-    std::int64_t T = 0;  // rows that attend to themselves: the real tokens of the block
-    while (T < AR_ && mask[T * CL_ + CL_ - AR_ + T] == 0.0f) ++T;
+    // The real tokens of the block: the rows before the zero padding (the fake table's
+    // embeddings are never all zeros).
+    std::int64_t T = AR_;
+    while (T > 0 && std::all_of(x + (T - 1) * H_, x + T * H_, [](float v) { return v == 0.0f; })) --T;
     calls().push_back({T, start});
     check_past(past, past, start, H_);
     record(past, start, x, T, H_);
@@ -231,16 +234,26 @@ TEST(KvManager, StateBuffersAreOnePerGraphInputAndKeptAcrossCalls) {
   test::expect_error([&] { kv.state(a, huge); }, {"graph \"fake.state_lm\"", "too large"});
 }
 
+BlockLayout f32_rows(std::int64_t row) { return {DType::F32, {row}}; }
+
 TEST(KvManager, BlockCacheIsZeroedSharedAndOfOneShape) {
   KvManager kv;
-  const auto c = kv.block_cache(10, 3);
-  EXPECT_TRUE(std::all_of(c.keys, c.keys + 30, [](float v) { return v == 0.0f; }));
-  EXPECT_TRUE(std::all_of(c.values, c.values + 30, [](float v) { return v == 0.0f; }));
+  const auto c = kv.block_cache(10, f32_rows(3));
+  const auto* keys = reinterpret_cast<const float*>(c.keys);
+  const auto* values = reinterpret_cast<const float*>(c.values);
+  EXPECT_TRUE(std::all_of(keys, keys + 30, [](float v) { return v == 0.0f; }));
+  EXPECT_TRUE(std::all_of(values, values + 30, [](float v) { return v == 0.0f; }));
   EXPECT_NE(c.keys, c.values);
-  const auto again = kv.block_cache(10, 3);
+  const auto again = kv.block_cache(10, f32_rows(3));
   EXPECT_EQ(again.keys, c.keys);
   EXPECT_EQ(again.values, c.values);
-  test::expect_error([&] { kv.block_cache(12, 3); }, {"disagree", "[10, 3]", "[12, 3]"});
+  test::expect_error([&] { kv.block_cache(12, f32_rows(3)); }, {"disagree", "[10, 3] F32", "[12, 3] F32"});
+  test::expect_error([&] { kv.block_cache(10, BlockLayout{DType::F16, {1, 2}}); }, {"disagree", "F16 in 2"});
+}
+
+// The mask a block of AR rows over `past` takes for a sequence with `start` cached rows.
+float want_score(std::int64_t r, std::int64_t c, std::int64_t past, std::int64_t start) {
+  return c < start || (c >= past && c - past <= r) ? 0.0f : KvManager::kMaskedScore;
 }
 
 TEST(KvManager, BlockInputsPadMaskAndPlaceTheStep) {
@@ -251,37 +264,90 @@ TEST(KvManager, BlockInputsPadMaskAndPlaceTheStep) {
   const std::vector<std::int32_t> pos = {7, 8, 9, 17, 18, 19, 27, 28, 29};  // [3, T]
   const std::vector<float> ds = {10, 11, 12, 13, 14, 15};                   // [1, T, H]
   const std::vector<std::uint8_t> mask = {0, 1, 0};
-  const BlockInputs& b =
-      kv.prepare_block(family, AR, past, H, 2, 5, embeds.data(), pos.data(), T, start, ds.data(), 1, mask.data());
+  const auto cache = kv.block_cache(CL, f32_rows(5));
+  const BlockInputs& b = kv.prepare_block(family, AR, past, H, 2, cache, DType::F32, embeds.data(), pos.data(), T,
+                                          start, ds.data(), 1, mask.data());
   EXPECT_EQ(b.embeds, (std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0}));
+  // Padding rows (r >= T) get the real rows' pattern: no real row attends to them.
+  const auto* m = static_cast<const float*>(b.mask);
   for (std::int64_t r = 0; r < AR; ++r)
-    for (std::int64_t c = 0; c < CL; ++c) {
-      const bool open = r < T && (c < start || (c >= past && c - past <= r));
-      EXPECT_EQ(b.mask[static_cast<std::size_t>(r * CL + c)], open ? 0.0f : KvManager::kMaskedScore) << r << "," << c;
-    }
+    for (std::int64_t c = 0; c < CL; ++c) EXPECT_EQ(m[r * CL + c], want_score(r, c, past, start)) << r << "," << c;
   EXPECT_EQ(b.positions, (std::vector<std::int32_t>{7, 8, 9, 0, 17, 18, 19, 0, 27, 28, 29, 0}));
   EXPECT_EQ(b.cos, (std::vector<float>{7, 7, 8, 8, 9, 9, 0, 0}));          // the family's tables of axis 0's rows
   EXPECT_EQ(b.deepstack, (std::vector<float>{0, 0, 12, 13, 0, 0, 0, 0}));  // only the image row
-  EXPECT_EQ(b.new_keys.size(), static_cast<std::size_t>(AR * 5));
+  EXPECT_EQ(b.new_keys.size(), static_cast<std::size_t>(AR * 5) * sizeof(float));
+}
+
+TEST(KvManager, AnFp16MaskFollowsTheStartBothWaysAndCostsOnlyTheChangedColumns) {
+  KvManager kv;
+  FakeFamily family;
+  const std::int64_t AR = 2, past = 30, CL = past + AR, H = 1;
+  const auto cache = kv.block_cache(CL, BlockLayout{DType::F16, {2}});
+  const std::vector<float> e(AR * H, 1.0f);
+  const std::vector<std::int32_t> pos(3 * AR, 0);
+  const std::vector<std::uint8_t> none(AR, 0);
+  std::uint64_t last_cost = 0;
+  for (const std::int64_t start : {0, 5, 6, 7, 20, 3, 3}) {
+    const std::uint64_t before = kv.block_stats().host_bytes;
+    const BlockInputs& b = kv.prepare_block(family, AR, past, H, 2, cache, DType::F16, e.data(), pos.data(), 1, start,
+                                            nullptr, 0, none.data());
+    last_cost = kv.block_stats().host_bytes - before;
+    ASSERT_EQ(b.mask_dtype, DType::F16);
+    const auto* m = static_cast<const std::uint16_t*>(b.mask);
+    for (std::int64_t r = 0; r < AR; ++r)
+      for (std::int64_t c = 0; c < CL; ++c)
+        ASSERT_EQ(f16_to_f32(m[r * CL + c]), want_score(r, c, past, start)) << start << ": " << r << "," << c;
+  }
+  // The last call moved no column: its cost is the block's inputs alone, whatever the context.
+  EXPECT_EQ(last_cost, 4u * (AR * H + 3 * AR + 2 * 2 * AR));
 }
 
 TEST(KvManager, WritesTheBlocksRowsAtTheirPositions) {
   KvManager kv;
   FakeFamily family;
-  const auto cache = kv.block_cache(8, 2);
+  const auto cache = kv.block_cache(8, f32_rows(2));
   const std::vector<float> e = {1, 2, 3, 4};
   const std::vector<std::int32_t> pos(6, 0);
   const std::vector<std::uint8_t> mask(2, 0);
-  BlockInputs& b = kv.prepare_block(family, 4, 4, 2, 2, 2, e.data(), pos.data(), 2, 3, nullptr, 0, mask.data());
-  for (std::size_t i = 0; i < b.new_keys.size(); ++i) {
-    b.new_keys[i] = static_cast<float>(100 + i);
-    b.new_values[i] = static_cast<float>(200 + i);
+  BlockInputs& b =
+      kv.prepare_block(family, 4, 4, 2, 2, cache, DType::F32, e.data(), pos.data(), 2, 3, nullptr, 0, mask.data());
+  auto* nk = reinterpret_cast<float*>(b.new_keys.data());
+  auto* nv = reinterpret_cast<float*>(b.new_values.data());
+  for (std::size_t i = 0; i < 8; ++i) {
+    nk[i] = static_cast<float>(100 + i);
+    nv[i] = static_cast<float>(200 + i);
   }
-  kv.write_block_rows(cache, 3, 2);
-  const std::vector<float> keys(cache.keys, cache.keys + 16), values(cache.values, cache.values + 16);
-  EXPECT_EQ(keys, (std::vector<float>{0, 0, 0, 0, 0, 0, 100, 101, 102, 103, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(values, (std::vector<float>{0, 0, 0, 0, 0, 0, 200, 201, 202, 203, 0, 0, 0, 0, 0, 0}));
-  test::expect_error([&] { kv.write_block_rows(cache, 7, 2); }, {"holds 8 positions", "[7, 9)"});
+  kv.write_block_rows(cache, 4, 3, 2);
+  const auto* k = reinterpret_cast<const float*>(cache.keys);
+  const auto* v = reinterpret_cast<const float*>(cache.values);
+  EXPECT_EQ(std::vector<float>(k, k + 16),
+            (std::vector<float>{0, 0, 0, 0, 0, 0, 100, 101, 102, 103, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(std::vector<float>(v, v + 16),
+            (std::vector<float>{0, 0, 0, 0, 0, 0, 200, 201, 202, 203, 0, 0, 0, 0, 0, 0}));
+  test::expect_error([&] { kv.write_block_rows(cache, 4, 7, 2); }, {"holds 8 positions", "[7, 9)"});
+}
+
+TEST(KvManager, AGroupMajorCacheKeepsEachGroupsRowsInItsOwnSlab) {
+  // Two layer groups of 1 and 2 elements per token, a cache of 5 rows, blocks of 3 rows.
+  KvManager kv;
+  FakeFamily family;
+  const auto cache = kv.block_cache(5, BlockLayout{DType::F16, {1, 2}});
+  EXPECT_EQ(cache.offset(0, 3), 3);
+  EXPECT_EQ(cache.offset(1, 0), 5);      // after group 0's slab of 5 rows
+  EXPECT_EQ(cache.offset(1, 2), 5 + 4);  // 2 elements a row
+  const std::vector<float> e(3, 1.0f);
+  const std::vector<std::int32_t> pos(9, 0);
+  const std::vector<std::uint8_t> mask(3, 0);
+  BlockInputs& b =
+      kv.prepare_block(family, 3, 2, 1, 2, cache, DType::F16, e.data(), pos.data(), 2, 1, nullptr, 0, mask.data());
+  ASSERT_EQ(b.new_keys.size(), 3u * 3u * 2u);
+  auto* nk = reinterpret_cast<std::uint16_t*>(b.new_keys.data());
+  // The block's rows group-major with slabs of 3 rows: group 0 [a0 a1 a2], group 1 [b0 b0' b1 b1' b2 b2'].
+  for (std::uint16_t i = 0; i < 9; ++i) nk[i] = static_cast<std::uint16_t>(10 + i);
+  kv.write_block_rows(cache, 3, 1, 2);  // rows 1 and 2 of the sequence
+  const auto* k = reinterpret_cast<const std::uint16_t*>(cache.keys);
+  EXPECT_EQ(std::vector<std::uint16_t>(k, k + 15),
+            (std::vector<std::uint16_t>{0, 10, 11, 0, 0, 0, 0, 13, 14, 15, 16, 0, 0, 0, 0}));
 }
 
 // --- the decoder contracts -----------------------------------------------------------------

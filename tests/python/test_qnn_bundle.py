@@ -284,10 +284,12 @@ def qnn_python() -> Path:
     return p
 
 
+@pytest.mark.parametrize("weights", ["w8", "w4"])
 @pytest.mark.parametrize("cfg", ["tiny_a", "tiny_b"])
-def test_text_graphs_match_a_numpy_reference(cfg, cpu_bundles):
+def test_text_graphs_match_a_numpy_reference(cfg, weights, request):
+    bundles = request.getfixturevalue("cpu_bundles" if weights == "w8" else "cpu_w4_bundles")
     p = subprocess.run([str(qnn_python()), str(REPO_ROOT / "tools/qnn/check_text_graphs.py"),
-                        "--bundle", str(cpu_bundles[cfg]), "--graphs", str(qnn_bundle(cfg))],
+                        "--bundle", str(bundles[cfg]), "--graphs", str(qnn_bundle(cfg, weights))],
                        capture_output=True, timeout=900, check=False)
     out = p.stdout.decode(errors="replace")
     print(out)

@@ -307,7 +307,8 @@ def main() -> None:
             failures.append("no twins")
     if "lm_head" in desc:
         lw = Weights(a.bundle, ["lmhead_wqo.bin"])
-        V, H = lw.matrix("lm_head.weight").q.shape
+        head = lw.matrix("lm_head.weight")
+        V, H = head.q.shape
         lm = desc["lm_head"]
         ok = lm["bytes"] <= 1.2 * V * H
         print(f"lm_head: {lm['file']} {lm['bytes']} bytes = {lm['bytes'] / (V * H):.3f} x int8 bytes {V * H} "
@@ -319,7 +320,7 @@ def main() -> None:
         sess = session(a.graphs / lm["file"], lm["graph"], [("x", [1, H])], [("y", [1, V])])
         got = run(sess, {"x": x})["y"]
         print(f"  load + execute {time.perf_counter() - t0:.2f} s")
-        want = (x.astype(np.float64) @ q.T.astype(np.float64)) * s[None]
+        want = x.astype(np.float64) @ head.dequantized().T.astype(np.float64)
         compare("lm_head y", got, want, failures)
     print(f"checked in {time.perf_counter() - t_start:.1f} s: " + ("FAILED " + ", ".join(failures) if failures else "all ok"))
     sys.exit(1 if failures else 0)

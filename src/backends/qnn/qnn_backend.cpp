@@ -29,6 +29,9 @@
 // Inputs and outputs are the graph's, with the binary's tensor names and shapes. Float
 // tensors (float16 or float32 in the binary) are f32 to the stages, as on the CPU backend,
 // and converted at the boundary into buffers allocated once; int32, int8 and uint8 pass through.
+// A float16 tensor bound with F16 data is the caller's buffer itself (no copy): how the KV
+// manager hands the decoder its cache, mask and new rows. A split decoder's KV tensor is
+// then bound group-major (TensorRef::group_rows), each part's layers their own slab.
 #include <cstring>
 #include <map>
 #include <optional>
@@ -101,9 +104,12 @@ std::size_t tensor_bytes(const TensorInfo& t) {
 
 // Copies `rows` runs of `run` elements: run r from src + r * src_stride + src_off to
 // dst + r * dst_stride + dst_off, converting f32 <-> f16 where the two sides differ.
-void copy_runs(const void* src, bool src_f16, void* dst, bool dst_f16, std::size_t elem, std::int64_t rows,
-               std::int64_t run, std::int64_t src_stride, std::int64_t src_off, std::int64_t dst_stride,
-               std::int64_t dst_off) {
+// Returns the bytes read plus written.
+std::uint64_t copy_runs(const void* src, bool src_f16, void* dst, bool dst_f16, std::size_t elem, std::int64_t rows,
+                        std::int64_t run, std::int64_t src_stride, std::int64_t src_off, std::int64_t dst_stride,
+                        std::int64_t dst_off) {
+  const auto n = static_cast<std::uint64_t>(rows * run);
+  const std::uint64_t moved = src_f16 == dst_f16 ? 2 * n * elem : 6 * n;
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t s0 = r * src_stride + src_off, d0 = r * dst_stride + dst_off;
     if (src_f16 == dst_f16) {
@@ -120,6 +126,14 @@ void copy_runs(const void* src, bool src_f16, void* dst, bool dst_f16, std::size
       for (std::int64_t i = 0; i < run; ++i) d[i] = f16_to_f32(s[i]);
     }
   }
+  return moved;
+}
+
+// The stage side's element size of a copy to or from tensor `t`: 2 for F16 data, 4 for
+// other float data (f32), the tensor's own for integers.
+std::size_t stage_elem(const TensorInfo& t, const TensorRef& r) {
+  if (r.dtype == DType::F16) return 2;
+  return t.dtype == abi::DataType::Float16 ? 4 : dtype_bytes(t.dtype);
 }
 
 class ContextGraph final : public Delegate {
@@ -182,6 +196,7 @@ class ContextGraph final : public Delegate {
   std::vector<IoSpec> input_specs() const override { return in_specs_; }
   std::vector<IoSpec> output_specs() const override { return out_specs_; }
   GraphContract contract() const override { return contract_; }
+  std::uint64_t boundary_bytes() const override { return moved_; }
 
   void execute(std::span<const TensorRef> in, std::span<const TensorRef> out) override {
     check_io(name_, in_specs_, in, "input");
@@ -246,7 +261,11 @@ class ContextGraph final : public Delegate {
   IoSpec spec_of(const TensorInfo& t) const {
     IoSpec s{t.name, stage_dtype(name_, t), {}};
     for (const auto d : t.dims) s.shape.push_back(d);
+    s.f16 = t.dtype == abi::DataType::Float16;
     return s;
+  }
+  bool kv_tensor(const TensorInfo& t, bool input) const {
+    return contract_ == GraphContract::DecoderBlock && split_along_layers(t.name, input) && t.dims.size() >= 2;
   }
 
   void build_specs_single() {
@@ -268,6 +287,10 @@ class ContextGraph final : public Delegate {
     };
     in_specs_ = specs(gi.inputs);
     out_specs_ = specs(gi.outputs);
+    for (std::size_t i = 0; i < gi.inputs.size(); ++i)
+      if (kv_tensor(gi.inputs[i], true)) in_specs_[i].layer_groups = {gi.inputs[i].dims[1]};
+    for (std::size_t i = 0; i < gi.outputs.size(); ++i)
+      if (kv_tensor(gi.outputs[i], false)) out_specs_[i].layer_groups = {gi.outputs[i].dims[1]};
   }
 
   // The whole decoder's contract from its parts: KV tensors span every part's layers.
@@ -288,13 +311,16 @@ class ContextGraph final : public Delegate {
     }
     auto merge = [&](std::vector<IoSpec>& specs, const TensorInfo& t, bool input, std::size_t k) {
       IoSpec s = spec_of(t);
-      if (split_along_layers(t.name, input)) s.shape[1] = layers;
-      for (const IoSpec& e : specs)
+      const bool kv = split_along_layers(t.name, input);
+      if (kv) s.shape[1] = layers;
+      for (IoSpec& e : specs)
         if (e.name == s.name) {
-          if (e.shape != s.shape || e.dtype != s.dtype)
+          if (e.shape != s.shape || e.dtype != s.dtype || e.f16 != s.f16)
             fail("graph \"", name_, "\": parts[", k, "]: tensor \"", t.name, "\" differs from the earlier parts'");
+          if (kv) e.layer_groups.push_back(t.dims[1]);
           return;
         }
+      if (kv) s.layer_groups = {t.dims[1]};
       specs.push_back(std::move(s));
     };
     for (std::size_t k = 0; k < parts_.size(); ++k) {
@@ -341,22 +367,32 @@ class ContextGraph final : public Delegate {
     for (std::int64_t b = 0; b < blocks; ++b) {
       for (std::size_t i = 0; i < in.size(); ++i) {
         const TensorInfo& t = p.info->inputs[i];
-        const std::size_t elem = dtype_bytes(t.dtype);
-        const auto n = static_cast<std::int64_t>(p.in_bufs[i].size() / elem);
-        copy_runs(in[i].data, false, p.in_bufs[i].data(), t.dtype == abi::DataType::Float16,
-                  t.dtype == abi::DataType::Float16 ? 4 : elem, 1, n, 0, b * n, 0, 0);
+        if (in_place(t, in[i]) && blocks == 1) {  // the caller's fp16 buffer is the graph's
+          ip_[i] = in[i].data;
+          continue;
+        }
+        const auto n = static_cast<std::int64_t>(p.in_bufs[i].size() / dtype_bytes(t.dtype));
+        moved_ += copy_runs(in[i].data, in[i].dtype == DType::F16, p.in_bufs[i].data(),
+                            t.dtype == abi::DataType::Float16, stage_elem(t, in[i]), 1, n, 0, b * n, 0, 0);
         ip_[i] = p.in_bufs[i].data();
       }
-      for (std::size_t i = 0; i < out.size(); ++i) op_[i] = p.out_bufs[i].data();
+      for (std::size_t i = 0; i < out.size(); ++i)
+        op_[i] = in_place(p.info->outputs[i], out[i]) && blocks == 1 ? out[i].data : p.out_bufs[i].data();
       p.bin->ctx.execute(p.graph, ip_, op_);
       for (std::size_t i = 0; i < out.size(); ++i) {
         const TensorInfo& t = p.info->outputs[i];
-        const std::size_t elem = dtype_bytes(t.dtype);
-        const auto n = static_cast<std::int64_t>(p.out_bufs[i].size() / elem);
-        copy_runs(p.out_bufs[i].data(), t.dtype == abi::DataType::Float16, out[i].data, false,
-                  t.dtype == abi::DataType::Float16 ? 4 : elem, 1, n, 0, 0, 0, b * n);
+        if (op_[i] == out[i].data) continue;
+        const auto n = static_cast<std::int64_t>(p.out_bufs[i].size() / dtype_bytes(t.dtype));
+        moved_ += copy_runs(p.out_bufs[i].data(), t.dtype == abi::DataType::Float16, out[i].data,
+                            out[i].dtype == DType::F16, stage_elem(t, out[i]), 1, n, 0, 0, 0, b * n);
       }
     }
+  }
+
+  // Whether the caller's buffer can be the graph's own: fp16 data for an fp16 tensor, laid
+  // out as the graph takes it (a KV tensor of a whole decoder plain or group-major).
+  static bool in_place(const TensorInfo& t, const TensorRef& r) {
+    return r.dtype == DType::F16 && t.dtype == abi::DataType::Float16;
   }
 
   void execute_split(std::span<const TensorRef> in, std::span<const TensorRef> out) {
@@ -377,24 +413,46 @@ class ContextGraph final : public Delegate {
           continue;
         }
         const TensorRef& src = in[index_of(in_specs_, t.name)];
-        stage_slice(t, true, p, src, p.in_bufs[i].data());
+        if (void* view = part_view(t, true, p, src)) {
+          ip_[i] = view;
+          continue;
+        }
+        moved_ += stage_slice(t, true, p, src, p.in_bufs[i].data());
         ip_[i] = p.in_bufs[i].data();
       }
-      for (std::size_t i = 0; i < p.info->outputs.size(); ++i) op_[i] = p.out_bufs[i].data();
+      for (std::size_t i = 0; i < p.info->outputs.size(); ++i) {
+        const TensorInfo& t = p.info->outputs[i];
+        void* view = t.name == "hidden" && k + 1 < parts_.size()
+                         ? nullptr
+                         : part_view(t, false, p, out[index_of(out_specs_, t.name)]);
+        op_[i] = view != nullptr ? view : p.out_bufs[i].data();
+      }
       p.bin->ctx.execute(p.graph, ip_, op_);
       for (std::size_t i = 0; i < p.info->outputs.size(); ++i) {
         const TensorInfo& t = p.info->outputs[i];
         if (t.name == "hidden" && k + 1 < parts_.size()) continue;  // goes on to the next part
-        stage_slice(t, false, p, out[index_of(out_specs_, t.name)], p.out_bufs[i].data());
+        if (op_[i] != p.out_bufs[i].data()) continue;               // written in place
+        moved_ += stage_slice(t, false, p, out[index_of(out_specs_, t.name)], p.out_bufs[i].data());
       }
     }
   }
 
+  // The part's own view of the whole decoder's tensor, when the graph can take it in place:
+  // fp16 data, and for a KV tensor the group-major layout (the part's slab); else null.
+  static void* part_view(const TensorInfo& t, bool input, const Part& p, const TensorRef& whole) {
+    if (!in_place(t, whole)) return nullptr;
+    if (!split_along_layers(t.name, input)) return whole.data;
+    if (whole.group_rows == 0) return nullptr;
+    std::int64_t inner = 1;
+    for (std::size_t d = 2; d < t.dims.size(); ++d) inner *= t.dims[d];
+    return static_cast<std::uint16_t*>(whole.data) + whole.group_rows * p.layer0 * inner;
+  }
+
   // Moves a part's tensor between its staging buffer and the whole decoder's tensor:
-  // the part's layers of a KV tensor, or all of any other.
-  static void stage_slice(const TensorInfo& t, bool input, const Part& p, const TensorRef& whole, void* buf) {
-    const bool f16 = t.dtype == abi::DataType::Float16;
-    const std::size_t elem = f16 ? 4 : dtype_bytes(t.dtype);  // the stage side's element (f32 for floats)
+  // the part's layers of a KV tensor, or all of any other. Returns the bytes moved.
+  static std::uint64_t stage_slice(const TensorInfo& t, bool input, const Part& p, const TensorRef& whole, void* buf) {
+    const bool f16 = t.dtype == abi::DataType::Float16, whole_f16 = whole.dtype == DType::F16;
+    const std::size_t elem = stage_elem(t, whole);
     std::int64_t rows = 1, run = 1, whole_stride = 0, offset = 0;
     if (split_along_layers(t.name, input)) {
       std::int64_t inner = 1;
@@ -406,10 +464,8 @@ class ContextGraph final : public Delegate {
     } else {
       for (const auto d : t.dims) run *= d;
     }
-    if (input)
-      copy_runs(whole.data, false, buf, f16, elem, rows, run, whole_stride, offset, run, 0);
-    else
-      copy_runs(buf, f16, whole.data, false, elem, rows, run, run, 0, whole_stride, offset);
+    if (input) return copy_runs(whole.data, whole_f16, buf, f16, elem, rows, run, whole_stride, offset, run, 0);
+    return copy_runs(buf, f16, whole.data, whole_f16, elem, rows, run, run, 0, whole_stride, offset);
   }
 
   std::string name_;
@@ -420,6 +476,7 @@ class ContextGraph final : public Delegate {
   std::int64_t rows_ = 0;
   std::vector<IoSpec> in_specs_, out_specs_;
   std::vector<void*> ip_, op_;
+  std::uint64_t moved_ = 0;  // boundary_bytes()
 };
 
 }  // namespace
