@@ -57,6 +57,7 @@
 #include "bench_measure.hpp"
 #include "bench_report.hpp"
 #include "bench_support.hpp"
+#include "npu_model_report.hpp"
 #include "qhexrt/doctor.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
@@ -70,7 +71,7 @@ namespace {
 constexpr std::int64_t kPrefillTokens = 320;
 
 struct Flags {
-  std::string bundle, roofline, image = "assets/sample.png";
+  std::string bundle, roofline, image = "assets/sample.png", npu_model, soc = "SM8750";
   int runs = 0;
   std::int64_t decode_steps = 0, long_context = 0;
   bool quick = false, as_json = false, bandwidth_probe = false;
@@ -104,6 +105,12 @@ void add_flags(qhx_cli::App& app, Flags& f) {
                  "also prefill an N-token prompt and decode at N tokens of context, with the f16 and the 8-bit KV "
                  "cache (e.g. 4096; 0, the default: skip)")
       ->check(qhx_cli::NonNegativeNumber);
+  app.add_option("--npu-model", f.npu_model,
+                 "only print the device time model for DIR (a qnn-htp bundle, or any directory with a Qwen3-VL "
+                 "config.json): per graph call its weight bytes, MACs and predicted ms on --soc, ms per token for "
+                 "W8 and W4 with and without speculation (docs/qnn.md)");
+  app.add_option("--soc", f.soc, "with --npu-model: SM8650, SM8750 (default) or SM8850")
+      ->check(qhx_cli::IsMember({"SM8650", "SM8750", "SM8850"}));
   app.add_flag("--quick", f.quick, "one run per figure and fewer decode steps");
   app.add_flag("--json", f.as_json, "print one JSON object");
   f.runtime.add_to(app);
@@ -268,6 +275,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    if (!flags.npu_model.empty()) return npu_model_report(flags.npu_model, flags.soc, flags.as_json);
     return run(flags);
   } catch (const std::exception& e) {
     std::cerr << "qhx_bench: error: " << e.what() << std::endl;

@@ -78,6 +78,14 @@ int main(int argc, char** argv) {
   app.add_option("--soc", o.soc,
                  "with --target qnn-htp: the SoC, SM8650 (HTP v75), SM8750 (v79, default) or SM8850 (v81)")
       ->check(qhx_cli::IsMember(qhx::qnn_socs()));
+  app.add_option("--short-chunk", o.short_chunk,
+                 "with --target qnn-htp: the short prefill graph's block (default 64 for a prefill chunk >= 256, "
+                 "else half of it; 0: none)")
+      ->check(qhx_cli::Range(0, 1 << 20));
+  app.add_option("--verify-block", o.verify_block,
+                 "with --target qnn-htp: the verify graph's block, a token and its drafts (default 5: --speculate "
+                 "up to 4; 0: none)")
+      ->check(qhx_cli::Range(0, 1 << 20));
   app.add_option("--qnn-parts", o.qnn_parts,
                  "with --target qnn-htp: split the decoder into N context binaries "
                  "(default: by size, a part per ~400 MB of int8 weights)")

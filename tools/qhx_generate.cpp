@@ -238,13 +238,13 @@ int run(const Args& args_in) {
       req.speculate = opts.speculate;
       const qhx::GenerationResult r = pipe.generate(req);
       if (a.json) {
-        const nlohmann::json j = {{"index", i},
-                                  {"text", r.text},
-                                  {"tokens", r.tokens},
-                                  {"prompt_tokens", r.prompt_tokens.size()},
-                                  {"stop_reason", r.stop_reason},
-                                  {"ttft_ms", r.timings.ttft_ms},
-                                  {"decode_ms_per_token", r.timings.decode_ms_per_token}};
+        nlohmann::json j = {{"index", i},
+                            {"text", r.text},
+                            {"tokens", r.tokens},
+                            {"prompt_tokens", r.prompt_tokens.size()},
+                            {"stop_reason", r.stop_reason},
+                            {"ttft_ms", r.timings.ttft_ms},
+                            {"decode_ms_per_token", r.timings.decode_ms_per_token}};
         std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
       } else {
         std::string line;
@@ -341,7 +341,7 @@ int run(const Args& args_in) {
       const auto& r = results[i];
       const auto& cache = cache_after[i];
       const auto& t = r.timings;
-      const nlohmann::json j = {
+      nlohmann::json j = {
           {"tokens", r.tokens},
           {"text", r.text},
           {"reasoning", r.reasoning},
@@ -363,6 +363,12 @@ int run(const Args& args_in) {
           {"image_cache",
            {{"hits", cache.hits}, {"misses", cache.misses}, {"entries", cache.entries}, {"bytes", cache.bytes}}},
           {"peak_rss_mb", peak_rss_mb()}};
+      if (const auto& b = r.block_graphs; b.graph_calls > 0)
+        j["qnn"] = {{"graph_calls", b.graph_calls},
+                    {"decode_calls", b.decode_calls},
+                    {"padded_tokens", b.padded_tokens},
+                    {"host_bytes", b.host_bytes},
+                    {"host_bytes_per_step", b.decode_calls > 0 ? b.decode_host_bytes / b.decode_calls : 0}};
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     }
   }

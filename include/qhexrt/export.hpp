@@ -34,6 +34,12 @@ struct ExportOptions {
   std::string target = "cpu";
   std::string soc = "SM8750";  // SM8650 (HTP v75) | SM8750 (v79) | SM8850 (v81)
   std::int64_t qnn_parts = 0;  // the decoder's parts (0: the generator chooses by size)
+  // qnn-htp: the short prefill graph's block, for prompt remainders and follow-up turns
+  // (-1: 64 when prefill_chunk >= 256, else prefill_chunk / 2; 0: none), and the verify
+  // graph's (speculation: the token and verify_block - 1 drafts; 0: none). Both share the
+  // prefill and decode graphs' weights in one context.
+  std::int64_t short_chunk = -1;
+  std::int64_t verify_block = 5;
   // Outlier channels of the text decoder smoothed into the weights at export
   // (docs/bundle.md, "Outlier smoothing"): "auto" (w8 and w4), "on" (any format), "off".
   std::string smoothing = "auto";

@@ -73,6 +73,15 @@ struct GenerationResult {
   std::vector<float> step_logits;    // [tokens.size(), vocab] if requested
   std::vector<float> prompt_logits;  // [prompt_tokens.size() - cached_tokens, vocab] if requested
   Timings timings;
+  // A decoder of fixed blocks (the qnn-htp graphs, docs/qnn.md): what this request's calls
+  // cost the host. All zero for a plan without one.
+  struct BlockGraphUse {
+    std::int64_t graph_calls = 0;         // decoder calls, prompt and decode
+    std::int64_t decode_calls = 0;        // of them, the decode steps'
+    std::int64_t padded_tokens = 0;       // rows the calls ran as padding
+    std::uint64_t host_bytes = 0;         // written or copied by the host for them (lm-head included)
+    std::uint64_t decode_host_bytes = 0;  // of them, the decode steps'
+  } block_graphs;
 };
 
 struct PipelineOptions {

@@ -149,12 +149,27 @@ nlohmann::json qnn_decoder(const nlohmann::json& desc, const std::string& which,
           {"parts", parts}};
 }
 
-// The CPU plan's stages with the language model split into its prefill and decode graphs.
-nlohmann::json on_graphs(nlohmann::json stages, const std::string& prefill_graph) {
+bool has_role(const nlohmann::json& desc, const char* role) {
+  return desc.at("llm_parts").at(0).at("shared").at("graphs").contains(role);
+}
+
+// The CPU plan's stages with the language model split into its block graphs: the prompt
+// through `prefill_graph` (and the short graph for remainders, the decode graph past
+// their room), decode through "decode" (speculation through "verify").
+nlohmann::json on_graphs(nlohmann::json stages, const std::string& prefill_graph, const nlohmann::json& desc) {
   for (auto& st : stages) {
     if (st["op"] == "prefill") st["graph"] = prefill_graph;
-    if (st["op"] == "prefill" && prefill_graph != "decode") st["tail_graph"] = "decode";
-    if (st["op"] == "decode") st["graph"] = "decode";
+    if (st["op"] == "prefill" && prefill_graph != "decode") {
+      st["tail_graph"] = "decode";
+      if (has_role(desc, "short")) {
+        st["short_graph"] = "short";
+        st["block_knee"] = desc.at("block_knee");
+      }
+    }
+    if (st["op"] == "decode") {
+      st["graph"] = "decode";
+      if (has_role(desc, "verify")) st["verify_graph"] = "verify";
+    }
   }
   return stages;
 }
@@ -163,7 +178,9 @@ nlohmann::json qnn_common(const BundleFiles& f, const std::string& name, const H
                           const nlohmann::json& desc) {
   nlohmann::json m = common(f, name, hf);
   const std::int64_t soc = desc.at("soc_model");
-  m["graphs"] = {{"decode", qnn_decoder(desc, "decode", soc)}, {"lm_head", qnn_graph(desc.at("lm_head"), soc)}};
+  m["graphs"] = {{"lm_head", qnn_graph(desc.at("lm_head"), soc)}};
+  for (const char* role : {"prefill", "short", "verify", "decode"})
+    if (has_role(desc, role)) m["graphs"][role] = qnn_decoder(desc, role, soc);
   m["graphs"]["lm_head"]["row_blocks"] = true;  // a [1, hidden] graph serves any number of rows
   m["tables"] = {{"embed", table(f.embed, "model.language_model.embed_tokens.weight")}};
   return m;
@@ -179,17 +196,19 @@ nlohmann::json qnn_vlm_manifest(const BundleFiles& f, const HfDirPlan& hf, const
   m["tables"]["patch_embed"] = table(f.patch_embed, "model.visual.patch_embed.proj.weight");
   m["tables"]["patch_bias"] = table(f.patch_bias, "model.visual.patch_embed.proj.bias");
   m["tables"]["pos_embed"] = table(f.pos_embed, "model.visual.pos_embed.weight");
-  m["graphs"]["prefill"] = qnn_decoder(desc, "prefill", desc.at("soc_model"));
   m["graphs"]["vision"] = qnn_graph(desc.at("vision"), desc.at("soc_model"));
-  m["stages"] = on_graphs(qwen3vl_vlm_stages(), "prefill");
+  m["stages"] = on_graphs(qwen3vl_vlm_stages(), "prefill", desc);
   return m;
 }
 
 nlohmann::json qnn_text_manifest(const BundleFiles& f, const HfDirPlan& hf, const nlohmann::json& desc) {
   nlohmann::json m = qnn_common(
       f, "qwen3vl-text-" + std::to_string(f.image_size) + "-qnn-" + desc.at("soc").get<std::string>(), hf, desc);
-  // The seed's text plan: the prompt goes through the decode graph one token at a time.
-  m["stages"] = on_graphs(qwen3vl_text_stages("decode_over_prompt"), "decode");
+  // The prompt through the block graphs, as the VLM plan's; a bundle of decode and prefill
+  // graphs alone (--short-chunk 0) keeps the seed's text plan, the prompt through the
+  // decode graph one token at a time ("mode": "decode_over_prompt").
+  m["stages"] = has_role(desc, "short") ? on_graphs(qwen3vl_text_stages("chunked"), "prefill", desc)
+                                        : on_graphs(qwen3vl_text_stages("decode_over_prompt"), "decode", desc);
   return m;
 }
 

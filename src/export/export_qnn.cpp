@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "qhexrt/error.hpp"
 #include "qhexrt/export.hpp"
 #include "qhexrt/hf_config.hpp"
+#include "qhexrt/npu_time_model.hpp"
 #include "runtime/hf_dir_plan.hpp"
 
 extern char** environ;
@@ -147,6 +149,14 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   if (o.weights == "w4") check_w4_blocks(o);
   if (std::find(qnn_socs().begin(), qnn_socs().end(), o.soc) == qnn_socs().end())
     fail("--soc must be SM8650 (HTP v75), SM8750 (v79) or SM8850 (v81), got \"", o.soc, "\"");
+  const std::int64_t short_chunk =
+      o.short_chunk >= 0 ? o.short_chunk : (o.prefill_chunk >= 256 ? 64 : o.prefill_chunk / 2);
+  if (short_chunk != 0 && (short_chunk < 2 || short_chunk >= o.prefill_chunk))
+    fail("--short-chunk (", short_chunk, ") must be 0 (none) or in [2, --prefill-chunk (", o.prefill_chunk, "))");
+  if (o.verify_block != 0 && (o.verify_block < 2 || o.verify_block >= o.context || o.verify_block == short_chunk ||
+                              o.verify_block == o.prefill_chunk))
+    fail("--verify-block (", o.verify_block,
+         ") must be 0 (none) or in [2, --context), a block size the other graphs do not have");
   if (o.prefill_chunk >= o.context)
     fail("--prefill-chunk (", o.prefill_chunk, ") must be below --context (", o.context,
          "): the prefill graph's past is the context less one block");
@@ -168,10 +178,15 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
                                   "--soc",           o.soc,
                                   "--context",       std::to_string(o.context),
                                   "--prefill-chunk", std::to_string(o.prefill_chunk),
+                                  "--short-chunk",   std::to_string(short_chunk),
+                                  "--verify-block",  std::to_string(o.verify_block),
                                   "--image-size",    std::to_string(o.image_size)};
     if (o.qnn_parts > 0) args.insert(args.end(), {"--parts", std::to_string(o.qnn_parts)});
     run_generator(args, o);
-    const nlohmann::json desc = read_json(dir / "qnn_graphs.json");
+    nlohmann::json desc = read_json(dir / "qnn_graphs.json");
+    // The prefill stage's price of a block call (docs/qnn.md, "Device time model").
+    desc["block_knee"] =
+        std::round(npu::block_knee(load_qwen3vl_config(o.hf_dir / "config.json"), o.soc, o.weights) * 10) / 10;
 
     BundleFiles files = bundle_file_names(o.weights, o.image_size);
     files.model = cpu_files.names.model;

@@ -179,7 +179,7 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
                 cat("unknown stage \"", ms.op,
                     "\" (known: load_images, tokenize, patch_embed, vision, embed, prefill, decode, detokenize)"));
     // Every graph or table a stage names must exist.
-    for (const char* key : {"graph", "lm_head"})
+    for (const char* key : {"graph", "lm_head", "tail_graph", "short_graph", "verify_graph"})
       if (s.has_value(key) && !m.graphs.contains(s.string(key, "")))
         s.fail_at(key, cat("no graph named \"", s.string(key, ""), "\" in \"graphs\""));
     for (const char* key : {"table", "patch_weight", "patch_bias", "pos_embed"})

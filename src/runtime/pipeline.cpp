@@ -398,10 +398,15 @@ GenerationResult Pipeline::Impl::run(const TurnInput& input, const GenerationOpt
          " per request (limits::kImagesPerRequest, docs/limits.md)");
   ctx.sampling = options.sampling.value_or(m.sampling);
   ctx.sampling.validate();
+  const BlockStats before = state.kv.block_stats();
   for (const auto& stage : stages) {
     stage->run(ctx);
     check_mapped_files(res.mappings);  // host stages read mapped tables too
   }
+  const BlockStats& after = state.kv.block_stats();
+  result.block_graphs.graph_calls = after.calls - before.calls;
+  result.block_graphs.padded_tokens = after.padded_tokens - before.padded_tokens;
+  result.block_graphs.host_bytes = after.host_bytes - before.host_bytes;
   check_mapped_files(res.mappings, /*stat_files=*/true);
   result.timings.load_ms = load_ms;
   if (full_text != nullptr) *full_text = std::move(ctx.full_text);

@@ -502,18 +502,45 @@ TEST_P(FakeModelStages, ForcedTokensAreVerifiedKPlusOneARun) {
   o.speculate = 3;
   calls().clear();
   Session s(pipe);
+  if (GetParam() == "block") {
+    // A block decode graph speculates through a verify graph (FakeBlockStages): through
+    // the plain block plan, speculation is refused, not quietly decoded a token a run.
+    test::expect_error([&] { s.send(Message::text("user", "Force it."), o); }, {"speculate 3", "no verify graph"});
+    return;
+  }
   const GenerationResult r = s.send(Message::text("user", "Force it."), o);
   const auto L = static_cast<std::int64_t>(r.prompt_tokens.size());
   EXPECT_EQ(r.tokens, o.forced_tokens);
   std::vector<Call> decode(calls().begin() + (L + 4) / 5, calls().end());
-  if (GetParam() == "state") {
-    EXPECT_EQ(decode, (std::vector<Call>{{4, L}, {1, L + 4}}));  // tokens 1-3 verified with token 0
-    EXPECT_EQ(r.draft_tokens, 3);
-    EXPECT_EQ(r.accepted_tokens, 3);
-  } else {
-    EXPECT_EQ(decode, (std::vector<Call>{{1, L}, {1, L + 1}, {1, L + 2}, {1, L + 3}, {1, L + 4}}));
-    EXPECT_EQ(r.draft_tokens, 0);
-  }
+  EXPECT_EQ(decode, (std::vector<Call>{{4, L}, {1, L + 4}}));  // tokens 1-3 verified with token 0
+  EXPECT_EQ(r.draft_tokens, 3);
+  EXPECT_EQ(r.accepted_tokens, 3);
+}
+
+TEST(FakeBlockStages, ABlockPlanSpeculatesThroughItsVerifyGraph) {
+  test::TempDir dir;
+  nlohmann::json p = nlohmann::json::parse(test::read_file(FakeModelStages::plan(dir, "block")));
+  p["graphs"]["llm_verify"] = p["graphs"]["llm_decode"];
+  p["graphs"]["llm_verify"]["block"] = 4;
+  for (auto& st : p["stages"])
+    if (st["op"] == "decode") st["verify_graph"] = "llm_verify";
+  Pipeline pipe = Pipeline::open(dir.write("verify.json", p.dump()));
+  GenerationOptions o;
+  o.max_new_tokens = 6;
+  o.forced_tokens = {11, 12, 13, 14, 15, 16};
+  o.speculate = 3;
+  calls().clear();
+  const GenerationResult r = Session(pipe).send(Message::text("user", "Force it."), o);
+  const auto L = static_cast<std::int64_t>(r.prompt_tokens.size());
+  EXPECT_EQ(r.tokens, o.forced_tokens);
+  const std::vector<Call> decode(calls().begin() + (L + 4) / 5, calls().end());
+  EXPECT_EQ(decode, (std::vector<Call>{{4, L}, {1, L + 4}}));  // tokens 1-3 verified with token 0
+  EXPECT_EQ(r.draft_tokens, 3);
+  EXPECT_EQ(r.accepted_tokens, 3);
+  EXPECT_EQ(r.block_graphs.decode_calls, 2);
+  o.speculate = 4;  // the verify block of 4 holds the token and 3 drafts
+  test::expect_error([&] { Session(pipe).send(Message::text("user", "Force it."), o); },
+                     {"speculate 4 is beyond", "3 drafts", "block of 4"});
 }
 
 // PipelineOptions' overrides go through the manifest's own checks.

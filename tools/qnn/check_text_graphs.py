@@ -187,7 +187,7 @@ def check_block(role: str, ar: int, desc: dict, ref: Reference, cfg: dict, n_ds:
     print(f"{role} (AR={ar}, CL={cl}: {valid_past} valid past rows, {valid_block} valid block rows)")
     for k, part in enumerate(desc["llm_parts"]):
         layers = tuple(part["layers"])
-        ds = n_ds if role == "prefill" and layers[0] < n_ds else 0  # parts holding a DeepStack layer
+        ds = n_ds if role in ("prefill", "short") and layers[0] < n_ds else 0  # parts holding a DeepStack layer
         past_k, past_v = make_past(ref, layers, past_rows, valid_past, rng, theta)
         twin = part["twins"][role]
         inputs, outputs = tg.block_io(d, layers, ar, cl, ds)
@@ -218,23 +218,31 @@ def check_block(role: str, ar: int, desc: dict, ref: Reference, cfg: dict, n_ds:
     return x_ref[valid_block - 1:valid_block]
 
 
+def block_of(desc: dict, role: str) -> int:
+    """A role's AR (bundles before "blocks" had prefill and decode only)."""
+    return desc.get("blocks", {"prefill": desc["prefill_chunk"], "decode": 1})[role]
+
+
 def check_sharing(desc: dict, gdir: Path, failures: list) -> None:
-    print("sharing and int8 storage")
+    """Every block graph inside its part's shared binary, and the binary one weight set: the N
+    twins hold N weight sets, the shared binary one, so (sum of twins - shared) / (N - 1) is one
+    weight set, which must be the quantized bytes (fp16 would be twice the int8 bytes)."""
+    print("sharing and quantized storage")
     for k, part in enumerate(desc["llm_parts"]):
         shared = (gdir / part["shared"]["file"]).read_bytes()
         names = list(part["shared"]["graphs"].values())
-        both = all(n.encode() in shared for n in names) and len(set(names)) == 2
-        line = f"  part {k + 1}: {part['shared']['file']} {len(shared)} bytes, graphs {names} inside: {both}"
-        if not both:
+        inside = all(n.encode() in shared for n in names) and len(set(names)) == len(names) >= 2
+        line = f"  part {k + 1}: {part['shared']['file']} {len(shared)} bytes, graphs {names} inside: {inside}"
+        if not inside:
             failures.append(f"part {k + 1} shared graphs")
         if "twins" in part:
-            pre, dec = part["twins"]["prefill"]["bytes"], part["twins"]["decode"]["bytes"]
-            weight_set = pre + dec - len(shared)  # what sharing saved: one weight set
+            twins = {r: t["bytes"] for r, t in part["twins"].items()}
+            weight_set = (sum(twins.values()) - len(shared)) / (len(twins) - 1)
             ratio = weight_set / part["int8_weight_bytes"]
             ok = 0.9 <= ratio <= 1.3
-            line += (f"\n    twins prefill {pre} + decode {dec}; shared / larger twin {len(shared) / max(pre, dec):.3f}; "
-                     f"one weight set (twins - shared) {weight_set} = {ratio:.3f} x int8 bytes "
-                     f"{part['int8_weight_bytes']} (fp16 would be 2.0) {'ok' if ok else 'FAIL'}")
+            line += (f"\n    twins {twins}; shared / largest twin {len(shared) / max(twins.values()):.3f}; "
+                     f"one weight set (twins - shared) / {len(twins) - 1} = {weight_set:.0f} = {ratio:.3f} x quantized "
+                     f"bytes {part['int8_weight_bytes']} {'ok' if ok else 'FAIL'}")
             if not ok:
                 failures.append(f"part {k + 1} weight set")
         print(line)
@@ -247,8 +255,8 @@ def load_only(desc: dict, gdir: Path, dims: dict, n_ds: int, failures: list) -> 
     for part in desc.get("llm_parts", []):
         layers = tuple(part["layers"])
         for role, twin in part.get("twins", {}).items():
-            io = tg.block_io(dims, layers, ar if role == "prefill" else 1, cl,
-                             n_ds if role == "prefill" and layers[0] == 0 else 0)
+            io = tg.block_io(dims, layers, block_of(desc, role), cl,
+                             n_ds if role in ("prefill", "short") and layers[0] < n_ds else 0)
             contexts.append((twin, io))
     if "lm_head" in desc:
         contexts.append((desc["lm_head"], ([("x", [1, dims["H"]])], [("y", [1, desc["lm_head"]["vocab"]])])))
@@ -270,7 +278,8 @@ def main() -> None:
     ap.add_argument("--graphs", required=True, type=Path, help="the directory make_qnn_bundle.py wrote")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--load-only", action="store_true", help="create each twin's and the lm-head's context, no execution")
-    ap.add_argument("--roles", default="prefill,decode", help="block graphs to execute (decode alone for the 2B)")
+    ap.add_argument("--roles", default="prefill,short,verify,decode",
+                    help="block graphs to execute, those the bundle has (decode alone for the 2B)")
     a = ap.parse_args()
     t_start = time.perf_counter()
     desc = json.loads((a.graphs / "qnn_graphs.json").read_text())
@@ -296,12 +305,10 @@ def main() -> None:
         ref.embed = read_bundle_file(embed_file)["model.language_model.embed_tokens.weight"].astype(np.float32)
         check_sharing(desc, a.graphs, failures)
         if all("twins" in p for p in desc["llm_parts"]):
-            roles = a.roles.split(",")
-            if "prefill" in roles:
-                hidden = check_block("prefill", desc["prefill_chunk"], desc, ref, cfg, n_ds, a.graphs, rng, failures)
-            if "decode" in roles:
-                hidden_dec = check_block("decode", 1, desc, ref, cfg, n_ds, a.graphs, rng, failures)
-                hidden = hidden if hidden is not None else hidden_dec
+            roles = [r for r in a.roles.split(",") if r in desc["llm_parts"][0]["twins"]]
+            for role in roles:
+                h = check_block(role, block_of(desc, role), desc, ref, cfg, n_ds, a.graphs, rng, failures)
+                hidden = hidden if hidden is not None else h
         else:
             print("no twins: numerics not checked")
             failures.append("no twins")

@@ -2,16 +2,18 @@
 """Build-time driver: a QHexRT CPU w8 or w4 bundle -> QNN context binaries for the Hexagon HTP.
 
     make_qnn_bundle.py --bundle CPU_BUNDLE --out DIR --soc SM8750|SM8650|SM8850 --context CL
-                       --prefill-chunk AR --image-size S [--parts N] [--no-twins]
+                       --prefill-chunk AR --image-size S [--short-chunk 32] [--verify-block 5]
+                       [--parts N] [--no-twins]
                        [--graphs text,lm_head,vision] [--opt-mode 3] [--keep-onnx]
 
 Run with the QNN venv ($QHX_CACHE/qnn/venv). The binaries hold the bundle's own int8 or 4-bit
 weights (MatMulNBits, fp16 activations; the lm-head int8 either way), so the HTP and the CPU backend compute with the same matrices.
 
 Written into --out (which must not be the CPU bundle: both have an lmhead_wqo.bin):
-    llm_shared_<S>[_<k>_of_<N>].bin   the decoder part k: graphs prefill (AR) and decode (AR=1)
-                                      over ONE weight set (ORT EP-context weight sharing)
-    llm_prefill_<S>[...].bin, llm_decode_<S>[...].bin
+    llm_shared_<S>[_<k>_of_<N>].bin   the decoder part k: graphs prefill (AR), short (--short-chunk),
+                                      verify (--verify-block) and decode (AR=1) over ONE weight set
+                                      (ORT EP-context weight sharing)
+    llm_<role>_<S>[...].bin
                                       non-shared twins of the same graphs (the x86 emulator refuses
                                       weight-shared multi-graph binaries; these run the numerics)
     lmhead_wqo.bin                    the int8 lm-head, x[1,H] -> y[1,V]
@@ -46,6 +48,7 @@ from qnn_onnx import SOC_MODELS, Weights, prepare, prepare_shared, read_bundle_m
 import text_graphs as tg  # noqa: E402
 
 PART_BYTES = 400e6  # int8 decoder weight bytes per part when --parts is not given
+PROMPT_ROLES = ("prefill", "short")  # the graphs that take a prompt's tokens (and DeepStack)
 
 
 def peak_rss_mb() -> float:
@@ -100,12 +103,12 @@ def step(job: dict) -> dict:
         last = l1 == job["dims"]["L"]
         w = Weights(bundle, [job["file"]], keep=lambda n: l0 <= (layer_of(n) if n.startswith(tg.LAYER[:-3]) else -1) < l1
                     or (last and n == "model.language_model.norm.weight"))          # this part's tensors only
-        ar, cl, n_ds = job["prefill_chunk"], job["context"], job["n_ds"]
-        tag = job["tag"]
-        roles = ["prefill", "decode"] if job["kind"] == "shared" else [job["role"]]
-        models = [(r, tg.build_block_model(w, job["dims"], (l0, l1), ar if r == "prefill" else 1, cl,
-                                           n_ds if r == "prefill" and l0 < n_ds else 0,
-                                           f"prefill_ar{ar}_cl{cl}{tag}" if r == "prefill" else f"decode_ar1_cl{cl}{tag}"))
+        cl, n_ds, tag, blocks = job["context"], job["n_ds"], job["tag"], job["blocks"]
+        roles = list(blocks) if job["kind"] == "shared" else [job["role"]]
+        # Image tokens go through the prompt's graphs (prefill, short): only they take DeepStack.
+        models = [(r, tg.build_block_model(w, job["dims"], (l0, l1), blocks[r], cl,
+                                           n_ds if r in PROMPT_ROLES and l0 < n_ds else 0,
+                                           f"{r}_ar{blocks[r]}_cl{cl}{tag}"))
                   for r in roles]
     if job["onnx_dir"]:
         for role, m in models:
@@ -143,6 +146,10 @@ def main() -> None:
     ap.add_argument("--soc", required=True, choices=sorted(SOC_MODELS))
     ap.add_argument("--context", required=True, type=int, help="CL: KV rows a block attends over (past + block)")
     ap.add_argument("--prefill-chunk", required=True, type=int, help="AR of the prefill graph")
+    ap.add_argument("--short-chunk", type=int, default=32,
+                    help="AR of the short prefill graph for prompt remainders (0: none)")
+    ap.add_argument("--verify-block", type=int, default=5,
+                    help="AR of the verify graph, the token and its drafts (0: none; 5 = 4 drafts)")
     ap.add_argument("--image-size", required=True, type=int)
     ap.add_argument("--parts", type=int, default=0, help="decoder parts (default: ~1 per 400 MB of int8 weights)")
     ap.add_argument("--no-twins", action="store_true", help="skip the non-shared twins (emulation numerics)")
@@ -165,6 +172,16 @@ def main() -> None:
     AR, CL, S = a.prefill_chunk, a.context, a.image_size
     if not 1 <= AR < CL:
         sys.exit(f"--prefill-chunk {AR} must be in [1, --context {CL})")
+    blocks = {"prefill": AR}  # role -> AR, all in one weight-shared context per part
+    if a.short_chunk:
+        if not 1 < a.short_chunk < AR:
+            sys.exit(f"--short-chunk {a.short_chunk} must be in (1, --prefill-chunk {AR})")
+        blocks["short"] = a.short_chunk
+    if a.verify_block:
+        if not 1 < a.verify_block < CL or a.verify_block in blocks.values():
+            sys.exit(f"--verify-block {a.verify_block} must be in (1, --context {CL}) and differ from the other blocks")
+        blocks["verify"] = a.verify_block
+    blocks["decode"] = 1
     arch, soc = SOC_MODELS[a.soc]
     cfg = json.loads((a.bundle / "config.json").read_text())
     text_cfg = cfg.get("text_config", cfg)
@@ -180,10 +197,10 @@ def main() -> None:
 
     desc = {"qhexrt_qnn_graphs": 1, "soc": a.soc, "htp_arch": int(arch), "soc_model": int(soc),
             "qairt": qnn_info.qnn_version, "onnxruntime_qnn": qnn_ep.__version__, "context_length": CL,
-            "prefill_chunk": AR, "image_size": S}
+            "prefill_chunk": AR, "image_size": S, "blocks": blocks}
     base = {"bundle": str(a.bundle), "out": str(a.out), "work": str(work), "arch": arch, "soc": soc,
             "opt_mode": a.opt_mode, "onnx_dir": str(onnx_dir) if onnx_dir else None, "dims": dims,
-            "context": CL, "prefill_chunk": AR, "n_ds": n_ds, "image_size": S}
+            "context": CL, "prefill_chunk": AR, "n_ds": n_ds, "image_size": S, "blocks": blocks}
     int8_bytes, prepare_seconds, peak = 0, 0.0, 0
     weights = read_bundle_metadata(a.bundle / find_file(a.bundle, "llm_shared", S)).get("weights", "w8")
     if weights not in ("w8", "w4"):
@@ -210,10 +227,10 @@ def main() -> None:
             int8_bytes += shared["int8_weight_bytes"]
             part = {"layers": list(layers), "int8_weight_bytes": shared["int8_weight_bytes"],
                     "shared": {"file": shared["file"], "bytes": shared["bytes"], "sha256": shared["sha256"],
-                               "graphs": {"prefill": shared["graphs"][0], "decode": shared["graphs"][1]}}}
+                               "graphs": dict(zip(blocks, shared["graphs"]))}}
             if not a.no_twins:
                 part["twins"] = {role: entry(run(kind="twin", role=role, name=f"llm_{role}_{suffix}", **part_job))
-                                 for role in ("prefill", "decode")}
+                                 for role in blocks}
             desc["llm_parts"].append(part)
 
     if "lm_head" in graphs:

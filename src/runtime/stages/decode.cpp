@@ -128,8 +128,8 @@ class Verifier {
 
 class DecodeStage final : public Stage {
  public:
-  DecodeStage(std::unique_ptr<Decoder> llm, Graph& lm_head, std::string table)
-      : llm_(std::move(llm)), head_(lm_head), table_(std::move(table)) {}
+  DecodeStage(std::unique_ptr<Decoder> llm, std::unique_ptr<Decoder> verify, Graph& lm_head, std::string table)
+      : llm_(std::move(llm)), verify_(std::move(verify)), head_(lm_head), table_(std::move(table)) {}
 
   void run(RunContext& ctx) override {
     Resources& res = ctx.res;
@@ -151,9 +151,10 @@ class DecodeStage final : public Stage {
     // teacher forcing verifies K + 1 of them per graph run, and a benchmark
     // can time full verification steps on weights that never repeat.
     const auto& forced = ctx.options.forced_tokens;
-    Verifier verifier(llm_->block() == 0 ? ctx.options.speculate : 0, static_cast<std::int64_t>(ctx.logits.size()));
+    Verifier verifier(drafts_per_run(ctx), static_cast<std::int64_t>(ctx.logits.size()));
 
     const auto t_decode = Clock::now();
+    const BlockStats before = ctx.session.kv.block_stats();
     out.stop = StopReason::MaxNewTokens;
     for (std::int64_t step = 0; step < ctx.max_new_tokens; ++step) {
       verifier.next_logits(ctx.logits);
@@ -184,6 +185,9 @@ class DecodeStage final : public Stage {
       ++out.timings.decode_steps;
     }
     emitter.finish();
+    const BlockStats& after = ctx.session.kv.block_stats();
+    out.block_graphs.decode_calls = after.calls - before.calls;
+    out.block_graphs.decode_host_bytes = after.host_bytes - before.host_bytes;
     out.stop_reason = stop_reason_name(out.stop);
     if (out.timings.decode_steps > 0)
       out.timings.decode_ms_per_token = ms_since(t_decode) / static_cast<double>(out.timings.decode_steps);
@@ -216,10 +220,31 @@ class DecodeStage final : public Stage {
         rows_pos_[static_cast<std::size_t>(a * T + t)] = static_cast<std::int32_t>(p + t + ctx.rope_delta);
     const DecoderStep step{
         .embeds = rows_x_.data(), .positions = rows_pos_.data(), .tokens = T, .start = p, .logit_rows = T};
-    run_decoder_step(*llm_, head_, ctx.session.kv, step, logits);
+    run_decoder_step(verify_ ? *verify_ : *llm_, head_, ctx.session.kv, step, logits);
+  }
+
+  // The drafts a verification run takes. A state graph takes any number of rows; a block
+  // decode graph one, so a plan speculates there through its verify graph (block K + 1),
+  // and asking for more drafts than it holds, or for any without one, is an error rather
+  // than a silent plain decode.
+  std::int64_t drafts_per_run(const RunContext& ctx) const {
+    const std::int64_t want = ctx.options.speculate;
+    if (llm_->block() == 0) return want;
+    if (!verify_) {
+      if (want > 0)
+        fail("speculate ", want, ": this plan's decode graph runs one token per call and the plan has no verify ",
+             "graph (a qnn-htp bundle exported with --verify-block 0, or one written before verify graphs)");
+      return 0;
+    }
+    const std::int64_t room = verify_->block() - 1;
+    if (want > room)
+      fail("speculate ", want, " is beyond this plan's verify graph, which holds the token and ", room,
+           " drafts (its block of ", verify_->block(), "); ask for at most ", room);
+    return want;
   }
 
   std::unique_ptr<Decoder> llm_;
+  std::unique_ptr<Decoder> verify_;  // null, or the block graph that checks the drafts
   Graph& head_;
   std::string table_;
   std::vector<float> x_, rows_x_;                 // embeddings of the rows a step runs
@@ -230,11 +255,19 @@ class DecodeStage final : public Stage {
 
 std::unique_ptr<Stage> make_decode_stage(const ManifestStage& stage, Resources& res) {
   auto llm = Decoder::of(res.graph(stage_ref(stage, "graph")), *res.family);
+  std::unique_ptr<Decoder> verify;
+  if (stage.args.contains("verify_graph")) {
+    if (res.manifest.version < 7)
+      fail(stage.path, ".verify_graph needs qhexrt_manifest >= 7 (this plan says ", res.manifest.version, ")");
+    verify = Decoder::of(res.graph(stage_ref(stage, "verify_graph")), *res.family);
+    if (llm->block() != 1 || verify->block() < 2)
+      fail(stage.path, ".verify_graph: a block graph of 2 or more rows beside a decode graph of 1");
+  }
   Graph& head = res.graph(stage_ref(stage, "lm_head"));
   check_lm_head(head);
   std::string table = stage_ref(stage, "table");
   (void)res.matrix_table(table);
-  return std::make_unique<DecodeStage>(std::move(llm), head, std::move(table));
+  return std::make_unique<DecodeStage>(std::move(llm), std::move(verify), head, std::move(table));
 }
 
 }  // namespace qhx

@@ -2,6 +2,7 @@
 // chunks of the manifest's prefill_chunk tokens, filling the session's KV
 // cache from position P on; ends with the logits of the last prompt position.
 #include <algorithm>
+#include <limits>
 
 #include "common/debug_dump.hpp"
 #include "qhexrt/error.hpp"
@@ -12,8 +13,14 @@ namespace {
 
 class PrefillStage final : public Stage {
  public:
-  PrefillStage(std::unique_ptr<Decoder> llm, Graph& lm_head, std::unique_ptr<Decoder> tail, bool one_by_one)
-      : llm_(std::move(llm)), head_(lm_head), tail_(std::move(tail)), one_by_one_(one_by_one) {}
+  PrefillStage(std::unique_ptr<Decoder> llm, Graph& lm_head, std::unique_ptr<Decoder> tail,
+               std::unique_ptr<Decoder> short_graph, double knee, bool one_by_one)
+      : llm_(std::move(llm)),
+        head_(lm_head),
+        tail_(std::move(tail)),
+        short_(std::move(short_graph)),
+        knee_(knee),
+        one_by_one_(one_by_one) {}
 
   void run(RunContext& ctx) override {
     const auto t0 = Clock::now();
@@ -67,8 +74,8 @@ class PrefillStage final : public Stage {
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
     std::vector<float> logits;
     for (std::int64_t s = P, T = 0; s < L; s += T) {
-      Decoder& g = s > room && tail != nullptr ? *tail : *llm_;
-      T = std::min(&g == tail ? 1 : chunk, L - s);
+      Decoder& g = short_ ? cheapest(L - s, s) : s > room && tail != nullptr ? *tail : *llm_;
+      T = std::min(&g == tail ? 1 : &g == short_.get() ? short_->block() : chunk, L - s);
       for (int a = 0; a < 3; ++a)  // the chunk's [3, T] slice of the [3, L] positions
         std::copy_n(ctx.positions.begin() + a * L + s, T, pos.begin() + a * T);
       for (std::int64_t i = 0; i < T; ++i) {  // this chunk's [n_ds, T, H] slice (rows of text stay unused)
@@ -101,10 +108,43 @@ class PrefillStage final : public Stage {
   }
 
  private:
+  // With a short block graph: the graph of the next call through the R tokens left at
+  // position s, on the cheapest mix of blocks for the remainder. A call of block b costs
+  // 1 + b / knee (its weight stream, then its rows: docs/qnn.md, "Device time model"),
+  // minimized over the remainder; a graph whose past input cannot hold s gives way to the
+  // next smaller one.
+  Decoder& cheapest(std::int64_t R, std::int64_t s) {
+    std::vector<Decoder*> graphs{llm_.get(), short_.get()};
+    if (tail_) graphs.push_back(tail_.get());
+    auto cost_of = [&](const Decoder* g) {
+      return 1.0 + static_cast<double>(g->block()) / knee_;
+    };
+    cost_.assign(static_cast<std::size_t>(R + 1), 0.0);
+    first_.assign(static_cast<std::size_t>(R + 1), 0);
+    for (std::int64_t r = 1; r <= R; ++r) {
+      cost_[static_cast<std::size_t>(r)] = std::numeric_limits<double>::infinity();
+      for (std::size_t i = 0; i < graphs.size(); ++i) {
+        const double c =
+            cost_of(graphs[i]) + cost_[static_cast<std::size_t>(std::max<std::int64_t>(0, r - graphs[i]->block()))];
+        if (c < cost_[static_cast<std::size_t>(r)])
+          cost_[static_cast<std::size_t>(r)] = c, first_[static_cast<std::size_t>(r)] = i;
+      }
+    }
+    for (std::size_t i = first_[static_cast<std::size_t>(R)]; i < graphs.size(); ++i)
+      if (graphs[i]->block() == 1 || s <= graphs[i]->room()) return *graphs[i];
+    fail("prefill: ", s,
+         " tokens are cached, past the room of every block graph (the plan has no decode graph "
+         "as its tail_graph)");
+  }
+
   std::unique_ptr<Decoder> llm_;
   Graph& head_;
-  std::unique_ptr<Decoder> tail_;  // null, or the graph that takes the prompt past the block graph's room
+  std::unique_ptr<Decoder> tail_;   // null, or the graph that takes the prompt past the block graph's room
+  std::unique_ptr<Decoder> short_;  // null, or a smaller block graph for remainders
+  double knee_;                     // rows whose compute costs one call's weight stream
   bool one_by_one_;
+  std::vector<double> cost_;        // cheapest(): cost of the remainder r
+  std::vector<std::size_t> first_;  // cheapest(): the graph its first call takes
 };
 
 }  // namespace
@@ -113,8 +153,21 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
   auto llm = Decoder::of(res.graph(stage_ref(stage, "graph")), *res.family);
   Graph& head = res.graph(stage_ref(stage, "lm_head"));
   check_lm_head(head);
-  std::unique_ptr<Decoder> tail;
+  std::unique_ptr<Decoder> tail, short_graph;
   if (stage.args.contains("tail_graph")) tail = Decoder::of(res.graph(stage_ref(stage, "tail_graph")), *res.family);
+  double knee = 64;
+  if (stage.args.contains("short_graph")) {
+    if (res.manifest.version < 7)
+      fail(stage.path, ".short_graph needs qhexrt_manifest >= 7 (this plan says ", res.manifest.version, ")");
+    short_graph = Decoder::of(res.graph(stage_ref(stage, "short_graph")), *res.family);
+    if (llm->block() == 0 || short_graph->block() == 0 || short_graph->block() >= llm->block())
+      fail(stage.path, ".short_graph: a block graph with a smaller block than \"graph\"'s");
+    if (const auto it = stage.args.find("block_knee"); it != stage.args.end()) {
+      if (!it->is_number() || it->get<double>() <= 0)
+        fail(stage.path, ".block_knee: expected a positive number (rows whose compute costs one call's weights)");
+      knee = it->get<double>();
+    }
+  }
   std::string mode = "chunked";
   if (const auto it = stage.args.find("mode"); it != stage.args.end()) {
     if (!it->is_string()) fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\"");
@@ -122,7 +175,8 @@ std::unique_ptr<Stage> make_prefill_stage(const ManifestStage& stage, Resources&
   }
   if (mode != "chunked" && mode != "decode_over_prompt")
     fail(stage.path, ".mode: expected \"chunked\" or \"decode_over_prompt\", got \"", mode, "\"");
-  return std::make_unique<PrefillStage>(std::move(llm), head, std::move(tail), mode == "decode_over_prompt");
+  return std::make_unique<PrefillStage>(std::move(llm), head, std::move(tail), std::move(short_graph), knee,
+                                        mode == "decode_over_prompt");
 }
 
 }  // namespace qhx
