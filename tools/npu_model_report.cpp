@@ -63,10 +63,11 @@ void print(const qhx::npu::Prediction& p) {
                 g.weight_bytes / 1e6, g.kv_bytes / 1e6, g.macs / 1e9, g.ms);
   std::printf("  decode: %.1f ms/token (%.1f tok/s)\n", p.decode_ms_per_token, 1000 / p.decode_ms_per_token);
   for (std::size_t i = 0; i < p.acceptance.size(); ++i)
-    std::printf("  speculation, %lld drafts, acceptance %.1f: %.1f ms/token (lm-head per row, as bundled), "
-                "%.1f ms/token (one lm-head call over the rows)\n",
-                static_cast<long long>(p.verify_block - 1), p.acceptance[i], p.spec_ms_per_token[i],
-                p.spec_ms_per_token_batched_head[i]);
+    std::printf(
+        "  speculation, %lld drafts, acceptance %.1f: %.1f ms/token (lm-head per row, as bundled), "
+        "%.1f ms/token (one lm-head call over the rows)\n",
+        static_cast<long long>(p.verify_block - 1), p.acceptance[i], p.spec_ms_per_token[i],
+        p.spec_ms_per_token_batched_head[i]);
 }
 
 }  // namespace
@@ -88,12 +89,13 @@ int npu_model_report(const std::string& dir_arg, const std::string& soc, bool as
   const json calibration = {{"vision", {ms_of(cal, "vision"), measured.vision}},
                             {"decode", {ms_of(cal, "decode"), measured.decode}},
                             {"lm_head", {ms_of(cal, "lm_head"), measured.lm_head}}};
-  json out = {{"soc", f.soc},
-              {"figures", {{"weight_gbs", f.weight_gbs}, {"layer_ms", f.layer_ms}, {"tmacs", f.tmacs}, {"basis", f.basis}}},
-              {"w8", to_json(qhx::npu::predict(cfg, soc, "w8", blocks))},
-              {"w4", to_json(qhx::npu::predict(cfg, soc, "w4", blocks))},
-              {"bundle_weights", weights},
-              {"calibration", calibration}};
+  json out = {
+      {"soc", f.soc},
+      {"figures", {{"weight_gbs", f.weight_gbs}, {"layer_ms", f.layer_ms}, {"tmacs", f.tmacs}, {"basis", f.basis}}},
+      {"w8", to_json(qhx::npu::predict(cfg, soc, "w8", blocks))},
+      {"w4", to_json(qhx::npu::predict(cfg, soc, "w4", blocks))},
+      {"bundle_weights", weights},
+      {"calibration", calibration}};
   if (as_json) {
     std::cout << out.dump() << std::endl;
     return 0;
@@ -104,10 +106,11 @@ int npu_model_report(const std::string& dir_arg, const std::string& soc, bool as
               static_cast<long long>(blocks.prefill), static_cast<long long>(blocks.short_chunk),
               static_cast<long long>(blocks.verify));
   for (const char* w : {"w8", "w4"}) print(qhx::npu::predict(cfg, soc, w, blocks));
-  std::printf("\ncalibration (Qwen3-VL-2B shapes, SM8750, W8, 512x512, context 1,024), predicted / measured: "
-              "vision %.1f / %.0f ms, decode graph %.1f / %.0f ms, lm-head %.1f / %.0f ms\n",
-              ms_of(cal, "vision"), measured.vision, ms_of(cal, "decode"), measured.decode, ms_of(cal, "lm_head"),
-              measured.lm_head);
+  std::printf(
+      "\ncalibration (Qwen3-VL-2B shapes, SM8750, W8, 512x512, context 1,024), predicted / measured: "
+      "vision %.1f / %.0f ms, decode graph %.1f / %.0f ms, lm-head %.1f / %.0f ms\n",
+      ms_of(cal, "vision"), measured.vision, ms_of(cal, "decode"), measured.decode, ms_of(cal, "lm_head"),
+      measured.lm_head);
   return 0;
 }
 

@@ -97,6 +97,12 @@ nlohmann::json to_json(const qhx::DoctorReport& r) {
                        {"kv_value_bytes", mem.kv_value_bytes},
                        {"needed_bytes", mem.mapped_bytes + mem.kv_cache_bytes},
                        {"available_bytes", mem.available_bytes}}}};
+    if (const auto& n = m.npu_context)
+      j["manifest"]["npu_context"] = {{"per_context_bytes", n->per_context_bytes},
+                                      {"binary_bytes", n->binary_bytes},
+                                      {"kv_bytes", n->kv_bytes},
+                                      {"limit_bytes", n->limit_bytes},
+                                      {"context_length", n->context_length}};
   }
   if (r.bundle_files) {
     const auto& b = *r.bundle_files;
@@ -170,6 +176,13 @@ void print_text(const qhx::DoctorReport& r) {
         bytes_str(mem.kv_cache_bytes).c_str(), static_cast<long long>(mem.context_length),
         static_cast<long long>(mem.layers), static_cast<long long>(mem.kv_heads), row.c_str(),
         mem.available_bytes != 0 ? bytes_str(mem.available_bytes).c_str() : "unknown");
+    if (const auto& n = m.npu_context)
+      std::printf(
+          "  NPU context     needs %s of a device's ~%s per process domain (binary %s + KV cache %s at context "
+          "%lld, masks and scores)\n",
+          bytes_str(n->per_context_bytes).c_str(), bytes_str(n->limit_bytes).c_str(),
+          bytes_str(n->binary_bytes).c_str(), bytes_str(n->kv_bytes).c_str(),
+          static_cast<long long>(n->context_length));
   }
   if (r.bundle_files) {
     const auto& b = *r.bundle_files;

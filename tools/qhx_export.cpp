@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
       total += bytes;
     }
     std::printf("  %-32s %12.3f MB\n", "total", static_cast<double>(total) / 1e6);
+    for (const auto& note : s.notes) std::printf("%s\n", note.c_str());
     if (s.smoothed_channels > 0)
       std::printf("outlier smoothing: %zu channel(s) of the text decoder folded into the weights\n",
                   s.smoothed_channels);

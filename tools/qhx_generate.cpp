@@ -368,7 +368,8 @@ int run(const Args& args_in) {
                     {"decode_calls", b.decode_calls},
                     {"padded_tokens", b.padded_tokens},
                     {"host_bytes", b.host_bytes},
-                    {"host_bytes_per_step", b.decode_calls > 0 ? b.decode_host_bytes / b.decode_calls : 0}};
+                    {"decode_host_bytes", b.decode_host_bytes},
+                    {"host_bytes_per_step", b.step_host_bytes}};
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     }
   }

@@ -73,11 +73,20 @@ struct MemoryReport {
   std::uint64_t available_bytes = 0;  // MemAvailable of /proc/meminfo; 0 = unknown
 };
 
+// A qnn-htp bundle's largest decoder context on the device, from its qnn_graphs.json
+// (qhx_export's estimate: the binary, its fp16 KV cache, masks, attention scores) against
+// the ~3.5 GB a device's process domain holds.
+struct NpuContextReport {
+  std::uint64_t per_context_bytes = 0, binary_bytes = 0, kv_bytes = 0, limit_bytes = 0;
+  std::int64_t context_length = 0;
+};
+
 struct ManifestReport {
   std::string path;  // the manifest the plan comes from
   std::string name;
   std::vector<GraphReport> graphs;
   MemoryReport memory;
+  std::optional<NpuContextReport> npu_context;  // a qnn-htp bundle's
 };
 
 // A bundle's files against its checksums.json (as `qhx_export --check`), when the plan is a

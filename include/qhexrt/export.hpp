@@ -61,6 +61,7 @@ struct ExportSummary {
   std::size_t smoothed_channels = 0;  // outlier channels smoothed into the weights (0: none found, or off)
   std::filesystem::path out_dir;      // where the bundle is: out_dir made absolute, a symbolic link followed
   std::filesystem::path vlm_manifest, text_manifest;
+  std::vector<std::string> notes;  // lines for the user (qhx_export prints them), e.g. a qnn-htp bundle's device memory
 };
 
 // Writes the bundle beside out_dir and publishes it in one rename (docs/bundle.md, "How a

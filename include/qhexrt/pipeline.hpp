@@ -81,6 +81,9 @@ struct GenerationResult {
     std::int64_t padded_tokens = 0;       // rows the calls ran as padding
     std::uint64_t host_bytes = 0;         // written or copied by the host for them (lm-head included)
     std::uint64_t decode_host_bytes = 0;  // of them, the decode steps'
+    // The last decode step's, in the steady state: a session's first step at a block size
+    // also builds that size's mask once, O(context).
+    std::uint64_t step_host_bytes = 0;
   } block_graphs;
 };
 

@@ -343,6 +343,24 @@ struct Checker {
     } catch (const Error& e) {
       problem(cat("config ", (m.dir / m.config).string(), ": ", e.what()));
     }
+    if (const fs::path desc = m.dir / "qnn_graphs.json"; fs::exists(desc)) {
+      try {
+        std::ifstream in(desc);
+        const auto d = nlohmann::json::parse(in);
+        if (const auto dm = d.find("device_memory"); dm != d.end()) {
+          NpuContextReport n{dm->at("per_context_bytes"), dm->at("binary_bytes"), dm->at("kv_bytes"),
+                             dm->at("limit_bytes"), d.value("context_length", std::int64_t{0})};
+          if (n.per_context_bytes > n.limit_bytes)
+            problem(cat("device memory: a decoder context needs ", n.per_context_bytes >> 20, " MiB, over the ",
+                        n.limit_bytes >> 20,
+                        " MiB a device's process domain holds: re-export with a shorter --context "
+                        "or more --qnn-parts"));
+          mr.npu_context = n;
+        }
+      } catch (const std::exception& e) {
+        problem(cat(desc.string(), ": ", e.what()));
+      }
+    }
     mem.available_bytes = mem_available();
     const std::uint64_t need = mem.mapped_bytes + mem.kv_cache_bytes;
     if (mem.available_bytes != 0 && need > mem.available_bytes)

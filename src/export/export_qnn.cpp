@@ -130,6 +130,28 @@ void check_w4_blocks(const ExportOptions& o) {
            k % 32 == 0 && o.w4_block != 32 ? "; use --w4-block 32" : "; use --weights w8");
 }
 
+npu::Blocks blocks_of(const ExportOptions& o, std::int64_t short_chunk) {
+  return {o.prefill_chunk, short_chunk, o.verify_block, o.context, o.image_size};
+}
+
+// A context the model's positions cannot reach, or that a device's process domain cannot
+// hold, is refused before any work (docs/qnn.md, "Context length").
+void check_device_memory(const ExportOptions& o, std::int64_t short_chunk) {
+  const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+  if (cfg.text.max_position_embeddings > 0 && o.context > cfg.text.max_position_embeddings)
+    fail("--context ", o.context, " is beyond the model's ", cfg.text.max_position_embeddings,
+         " positions (max_position_embeddings)");
+  const npu::ContextMemory m = npu::context_memory(cfg, o.weights, blocks_of(o, short_chunk), o.qnn_parts);
+  if (m.total() > npu::kContextLimitBytes)
+    fail("--context ", o.context, ": a decoder context would need ", static_cast<std::int64_t>(m.total() / 1e6),
+         " MB of the device's memory (", m.parts, " part(s); the largest: weights ",
+         static_cast<std::int64_t>(m.weight_bytes / 1e6), " MB, KV cache ", static_cast<std::int64_t>(m.kv_bytes / 1e6),
+         " MB, masks ", static_cast<std::int64_t>(m.mask_bytes / 1e6), " MB, attention scores ",
+         static_cast<std::int64_t>(m.scores_bytes / 1e6), " MB), over the ~",
+         static_cast<std::int64_t>(npu::kContextLimitBytes / 1e6),
+         " MB a device's process domain holds: a shorter --context, a smaller --prefill-chunk, or more --qnn-parts");
+}
+
 }  // namespace
 
 const std::vector<std::string>& qnn_socs() {
@@ -160,6 +182,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   if (o.prefill_chunk >= o.context)
     fail("--prefill-chunk (", o.prefill_chunk, ") must be below --context (", o.context,
          "): the prefill graph's past is the context less one block");
+  check_device_memory(o, short_chunk);
   const fs::path python = generator_python(), script = generator_script();
   return abandon_on_error(o, [&] {
     ExportOptions cpu = o;
@@ -185,8 +208,22 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     run_generator(args, o);
     nlohmann::json desc = read_json(dir / "qnn_graphs.json");
     // The prefill stage's price of a block call (docs/qnn.md, "Device time model").
-    desc["block_knee"] =
-        std::round(npu::block_knee(load_qwen3vl_config(o.hf_dir / "config.json"), o.soc, o.weights) * 10) / 10;
+    const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+    desc["block_knee"] = std::round(npu::block_knee(cfg, o.soc, o.weights) * 10) / 10;
+    // What the largest decoder context needs on the device (qhx_doctor reads it back).
+    const auto parts = static_cast<std::int64_t>(desc.at("llm_parts").size());
+    npu::ContextMemory mem = npu::context_memory(cfg, o.weights, blocks_of(o, short_chunk), parts);
+    std::uint64_t largest = 0;
+    for (const auto& p : desc.at("llm_parts"))
+      largest = std::max(largest, p.at("shared").at("bytes").get<std::uint64_t>());
+    mem.weight_bytes = static_cast<double>(largest);  // the binary as prepared
+    desc["device_memory"] = {{"per_context_bytes", static_cast<std::uint64_t>(mem.total())},
+                             {"binary_bytes", largest},
+                             {"kv_bytes", static_cast<std::uint64_t>(mem.kv_bytes)},
+                             {"mask_bytes", static_cast<std::uint64_t>(mem.mask_bytes)},
+                             {"scores_bytes", static_cast<std::uint64_t>(mem.scores_bytes)},
+                             {"limit_bytes", static_cast<std::uint64_t>(npu::kContextLimitBytes)}};
+    stage.record("qnn_graphs.json", write_manifest(dir / "qnn_graphs.json", desc));
 
     BundleFiles files = bundle_file_names(o.weights, o.image_size);
     files.model = cpu_files.names.model;
@@ -210,6 +247,13 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     check_cancelled(o);
     stage.publish(!export_no_exchange());
     ExportSummary s = published_summary(stage, vlm, text);
+    s.notes.push_back(cat("device memory per decoder context (the largest of ", parts,
+                          "): ", static_cast<std::int64_t>(mem.total() / 1e6), " MB of the ~",
+                          static_cast<std::int64_t>(npu::kContextLimitBytes / 1e6),
+                          " MB a process domain holds (binary ", largest / 1000000, " MB, KV cache ",
+                          static_cast<std::int64_t>(mem.kv_bytes / 1e6), " MB at context ", o.context, ", masks ",
+                          static_cast<std::int64_t>(mem.mask_bytes / 1e6), " MB, attention scores ",
+                          static_cast<std::int64_t>(mem.scores_bytes / 1e6), " MB)"));
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   });

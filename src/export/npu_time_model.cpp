@@ -1,5 +1,6 @@
 #include "qhexrt/npu_time_model.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -138,14 +139,13 @@ double bytes_per_weight(const std::string& weights, std::int64_t w4_block) {
 double block_knee(const Qwen3VLConfig& cfg, const std::string& soc, const std::string& weights) {
   const SocFigures& f = soc_figures(soc);
   const Shape s = shape_of(cfg);
-  const double fixed_ms = s.dec_weights * bytes_per_weight(weights) / (f.weight_gbs * 1e6) +
-                          static_cast<double>(s.layers) * f.layer_ms;
+  const double fixed_ms =
+      s.dec_weights * bytes_per_weight(weights) / (f.weight_gbs * 1e6) + static_cast<double>(s.layers) * f.layer_ms;
   const double row_ms = s.dec_weights / (f.tmacs * 1e9);
   return fixed_ms / row_ms;
 }
 
-Prediction predict(const Qwen3VLConfig& cfg, const std::string& soc, const std::string& weights,
-                   const Blocks& b) {
+Prediction predict(const Qwen3VLConfig& cfg, const std::string& soc, const std::string& weights, const Blocks& b) {
   const SocFigures& f = soc_figures(soc);
   const Shape s = shape_of(cfg);
   const double bpw = bytes_per_weight(weights);
@@ -184,6 +184,24 @@ Prediction predict(const Qwen3VLConfig& cfg, const std::string& soc, const std::
     }
   }
   return p;
+}
+
+ContextMemory context_memory(const Qwen3VLConfig& cfg, const std::string& weights, const Blocks& b,
+                             std::int64_t parts) {
+  const Shape s = shape_of(cfg);
+  const double layer_bytes = s.dec_weights * bytes_per_weight(weights);
+  ContextMemory m;
+  m.parts = parts > 0 ? parts : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(layer_bytes / 400e6)));
+  // The first parts hold one layer more when the layers do not divide evenly.
+  const std::int64_t layers = (s.layers + m.parts - 1) / m.parts;
+  const double share = static_cast<double>(layers) / static_cast<double>(s.layers);
+  const double CL = static_cast<double>(b.context);
+  m.weight_bytes = layer_bytes * share;
+  m.kv_bytes = static_cast<double>(s.kv_row) * CL * 2 * share;
+  for (const std::int64_t ar : {b.prefill, b.short_chunk, b.verify, std::int64_t{1}})
+    if (ar > 0) m.mask_bytes += static_cast<double>(ar) * CL * 2;
+  m.scores_bytes = static_cast<double>(b.prefill) * CL * static_cast<double>(cfg.text.num_attention_heads) * 2;
+  return m;
 }
 
 }  // namespace qhx::npu

@@ -38,7 +38,13 @@ def seed_manifest(cfg: str, kind: str) -> str:
     return f"{model_name(cache_dir() / 'reference' / cfg / 'checkpoint')}-{kind}-256.json"
 
 
-W4_BLOCK = {"tiny_a": "64", "tiny_b": "32"}  # tiny_b's K = 96 and 160 take blocks of 32
+W4_BLOCK = {"tiny_a": "64", "tiny_b": "32"}
+SHORT_BLOCK = 32  # the short prefill graph of bundles with --prefill-chunk 64  # tiny_b's K = 96 and 160 take blocks of 32
+
+
+def safetensors_header(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return json.loads(f.read(int.from_bytes(f.read(8), "little")))
 
 
 def qnn_bundle(cfg: str, weights: str = "w8") -> Path:
@@ -151,8 +157,17 @@ def test_a_w4_bundle_holds_half_the_decoder_bytes_and_an_int8_lm_head(cfg):
     w4 = json.loads((qnn_bundle(cfg, "w4") / "qnn_graphs.json").read_text())
     assert (w8["weights"], w4["weights"]) == ("w8", "w4")
     assert [p["layers"] for p in w4["llm_parts"]] == [p["layers"] for p in w8["llm_parts"]]
+    ck = safetensors_header(cache_dir() / "reference" / cfg / "checkpoint" / "model.safetensors")
+    layers = [n for n in ck if n.startswith("model.language_model.layers.") and n.endswith("proj.weight")]
+    weights = sum(np.prod(ck[n]["shape"]) for n in layers)
+    rows = sum(ck[n]["shape"][0] for n in layers)
+    block = int(W4_BLOCK[cfg])
     for p8, p4 in zip(w8["llm_parts"], w4["llm_parts"]):
-        assert 2 * p4["int8_weight_bytes"] == p8["int8_weight_bytes"]  # every decoder matrix in 4 bits
+        share = (p8["layers"][1] - p8["layers"][0]) / json.loads((qnn_bundle(cfg) / "config.json").read_text())[
+            "text_config"]["num_hidden_layers"]
+        # Every decoder matrix in 4 bits with an fp16 scale per block; w8: a byte and a scale per row.
+        assert p8["int8_weight_bytes"] == round(share * (weights + 2 * rows))
+        assert p4["int8_weight_bytes"] == round(share * (weights / 2 + 2 * weights / block))
         assert p4["shared"]["bytes"] < p8["shared"]["bytes"]
     assert w4["lm_head"]["bytes"] == w8["lm_head"]["bytes"]             # the lm-head stays int8
 
@@ -270,6 +285,73 @@ def test_a_session_on_the_htp_reuses_its_cache_and_follows_the_cpu(cpu_bundles, 
     assert qnn[0]["cached_tokens"] == 0
     assert qnn[1]["cached_tokens"] >= len(qnn[0]["prompt_tokens"])
     assert qnn[1]["cached_tokens"] == cpu[1]["cached_tokens"]
+    # The follow-up's few new tokens run one call of the short graph (block 32), not the
+    # prefill graph's 64: its padding says which.
+    new = len(qnn[1]["prompt_tokens"]) - qnn[1]["cached_tokens"]
+    assert 0 < new < SHORT_BLOCK
+    prompt_calls = qnn[1]["qnn"]["graph_calls"] - qnn[1]["qnn"]["decode_calls"]
+    assert (prompt_calls, qnn[1]["qnn"]["padded_tokens"]) == (1, SHORT_BLOCK - new), qnn[1]["qnn"]
+
+
+def text_run(bundle: Path, cfg: str, prompt: str, n: int, *extra: str) -> dict:
+    return last_json(run([seed_manifest(cfg, "text"), "libQnnHtp.so", "libQnnSystem.so", str(bundle), str(n), prompt,
+                          "--temp", "0", "--json", *extra]))
+
+
+def test_the_doctor_reports_a_decoder_context_against_the_device_limit():
+    bundle = qnn_bundle("tiny_a")
+    p = subprocess.run([str(tool_path("qhx_doctor")), "--json", str(bundle / seed_manifest("tiny_a", "text"))],
+                       capture_output=True, timeout=300, check=False)
+    n = json.loads(p.stdout.decode())["manifest"]["npu_context"]
+    desc = json.loads((bundle / "qnn_graphs.json").read_text())
+    assert n["context_length"] == 384 and n["limit_bytes"] == 3_500_000_000
+    assert n["binary_bytes"] == max(part["shared"]["bytes"] for part in desc["llm_parts"])
+    assert n["binary_bytes"] + n["kv_bytes"] < n["per_context_bytes"] < n["limit_bytes"]
+
+
+def test_a_long_text_prompt_is_prefilled_in_blocks():
+    """The text manifest prefills through the block graphs: a 40-token prompt takes one
+    64-row call (the cheapest mix, by the manifest's block_knee), not 40 decode calls."""
+    prompt = ("Tell me everything you know about the rivers, the mountains, the lakes, the food and the old cities "
+              "of northern Italy, and then about its history, its painters and its music, please.")
+    r = text_run(qnn_bundle("tiny_a"), "tiny_a", prompt, 2)
+    assert len(r["prompt_tokens"]) >= 40
+    q = r["qnn"]
+    assert q["graph_calls"] - q["decode_calls"] == 1 and q["padded_tokens"] == 64 - len(r["prompt_tokens"]), q
+
+
+def test_speculation_on_the_htp_gives_the_plain_tokens_in_fewer_calls():
+    bundle = qnn_bundle("tiny_a")
+    plain = text_run(bundle, "tiny_a", PROMPTS["text"], 16)
+    spec = text_run(bundle, "tiny_a", PROMPTS["text"], 16, "--speculate", "ngram:4")
+    assert spec["tokens"] == plain["tokens"]
+    assert spec["draft_tokens"] > 0 and spec["accepted_tokens"] > 0
+    assert spec["qnn"]["decode_calls"] < plain["qnn"]["decode_calls"], (spec["qnn"], plain["qnn"])
+    print(f"tiny_a: {plain['qnn']['decode_calls']} decode calls plain, {spec['qnn']['decode_calls']} with "
+          f"ngram:4 ({spec['accepted_tokens']}/{spec['draft_tokens']} drafts accepted)")
+    p = subprocess.run([str(tool_path("qhx_generate")), seed_manifest("tiny_a", "text"), "libQnnHtp.so",
+                        "libQnnSystem.so", str(bundle), "4", PROMPTS["text"], "--speculate", "ngram:5"],
+                       capture_output=True, timeout=300, check=False)
+    assert p.returncode == 1
+    assert b"speculate 5 is beyond this plan's verify graph" in p.stderr and b"at most 4" in p.stderr, p.stderr
+
+
+def test_host_bytes_per_decode_step_do_not_grow_with_the_context(tmp_path):
+    """The KV cache is bound in place: a decode step costs the host the same at context 384
+    and 4,096 (the lm-head's logits, the block's inputs, one mask column, the new rows)."""
+    long = tmp_path / "cl4096"
+    p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / "tiny_a" / "checkpoint"),
+                        "--out", str(long), "--target", "qnn-htp", "--soc", "SM8750", "--weights", "w8",
+                        "--image-size", "256", "--prefill-chunk", "64", "--context", "4096", "--qnn-parts", "2", "-q"],
+                       capture_output=True, timeout=900, check=False)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    assert b"device memory per decoder context" in p.stdout and b"at context 4096" in p.stdout, p.stdout
+    short = text_run(qnn_bundle("tiny_a"), "tiny_a", PROMPTS["text"], 4)
+    big = text_run(long, "tiny_a", PROMPTS["text"], 4)
+    assert big["tokens"] == short["tokens"]
+    assert big["qnn"]["host_bytes_per_step"] == short["qnn"]["host_bytes_per_step"] > 0, (big["qnn"], short["qnn"])
+    desc = json.loads((long / "qnn_graphs.json").read_text())
+    assert desc["context_length"] == 4096 and desc["device_memory"]["per_context_bytes"] < 3.5e9
 
 
 # --- the generators' own checks (tools/qnn/check_*.py, in the QNN venv) -------------------------
@@ -326,12 +408,18 @@ def test_export_gate_on_a_qnn_bundle(tmp_path):
     (["--weights", "w4"], ["hidden_size", "K = 96", "not a multiple of the w4 block (64 columns)", "--w4-block 32"]),
     (["--prefill-chunk", "384"], ["--prefill-chunk (384)", "below --context (384)"]),
     (["--soc", "SM8450"], ["--soc"]),
+    (["--context", "300000"], ["--context 300000", "beyond the model's 262144 positions"]),
+    (["--context", "262144", "--prefill-chunk", "1024"], ["MB of the device's memory", "attention scores",
+                                                         "a device's process domain holds"]),
+    (["--verify-block", "64", "--prefill-chunk", "64"], ["--verify-block (64)"]),
 ])
 def test_export_refuses_what_a_qnn_bundle_cannot_be(args, needles, tmp_path):
     p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / "tiny_b" / "checkpoint"),
-                        "--out", str(tmp_path / "b"), "--target", "qnn-htp", "--image-size", "256", "--context", "384",
-                        *args, "-q"], capture_output=True, timeout=300, check=False)
+                        "--out", str(tmp_path / "b"), "--target", "qnn-htp", "--image-size", "256",
+                        *([] if "--context" in args else ["--context", "384"]), *args, "-q"],
+                       capture_output=True, timeout=300, check=False)
     err = p.stderr.decode() + p.stdout.decode()
     assert p.returncode != 0
+    assert not (tmp_path / "b").exists()  # refused before any work
     for n in needles:
         assert n in err, f"{n!r} not in {err}"

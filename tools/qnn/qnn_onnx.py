@@ -218,11 +218,10 @@ class Builder:
             return self.op("Concat", ys, name, axis=-1)
         if m.bits == 8:
             packed = (m.q.astype(np.int16) + 128).astype(np.uint8).reshape(N, 1, K)
-            self.weight_bytes += N * K
         else:
             u = (m.q.astype(np.int16) + 8).astype(np.uint8)
             packed = (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8).reshape(N, K // m.block, m.block // 2)
-            self.weight_bytes += N * K // 2
+        self.weight_bytes += packed.size + 2 * m.scale.size  # the weights and their fp16 scales
         ins = [x, self.const(f"{name}.q", packed), self.f16(m.scale, f"{name}.scale")]
         y = self.op("MatMulNBits", ins, name, domain=MS_DOMAIN, K=K, N=N, bits=m.bits, block_size=m.block)
         if bias is None:

@@ -175,12 +175,14 @@ class DecodeStage final : public Stage {
         continue;
       }
       const auto& drafts = verifier.draft(step, ctx.max_new_tokens, forced, history);
+      const std::uint64_t step_before = ctx.session.kv.block_stats().host_bytes;
       if (drafts.empty()) {
         run_one(ctx, table, tok, p);
       } else {
         run_verification(ctx, table, tok, drafts, p, verifier.rows());
         out.draft_tokens += static_cast<std::int64_t>(drafts.size());
       }
+      out.block_graphs.step_host_bytes = ctx.session.kv.block_stats().host_bytes - step_before;
       ctx.session.ids.push_back(tok);
       ++out.timings.decode_steps;
     }
