@@ -111,15 +111,14 @@ int main(int argc, char** argv) {
     const auto family = std::make_unique<qwen3vl::Family>(cfg);
     const std::int64_t CL = context, half = kHeadDim / 2;
     const std::vector<std::int64_t> past{CL - 1, kLayers, kKvHeads, kHeadDim}, row{1, kLayers, kKvHeads, kHeadDim};
-    Graph decode = make_graph("decode",
-                              {f16_spec("inputs_embeds", {1, kHidden}), f16_spec("attention_mask", {1, CL}),
-                               f16_spec("rope_cos", {1, half}), f16_spec("rope_sin", {1, half}),
-                               f16_spec("past_key", past, true), f16_spec("past_value", past, true)},
-                              {f16_spec("hidden", {1, kHidden}), f16_spec("new_key", row, true),
-                               f16_spec("new_value", row, true)},
-                              GraphContract::DecoderBlock);
-    Graph head = make_graph("lm_head", {f16_spec("x", {-1, kHidden})}, {f16_spec("y", {-1, kVocab})},
-                            GraphContract::Plain);
+    Graph decode = make_graph(
+        "decode",
+        {f16_spec("inputs_embeds", {1, kHidden}), f16_spec("attention_mask", {1, CL}), f16_spec("rope_cos", {1, half}),
+         f16_spec("rope_sin", {1, half}), f16_spec("past_key", past, true), f16_spec("past_value", past, true)},
+        {f16_spec("hidden", {1, kHidden}), f16_spec("new_key", row, true), f16_spec("new_value", row, true)},
+        GraphContract::DecoderBlock);
+    Graph head =
+        make_graph("lm_head", {f16_spec("x", {-1, kHidden})}, {f16_spec("y", {-1, kVocab})}, GraphContract::Plain);
     auto decoder = Decoder::of(decode, *family);
     KvManager kv;
     std::vector<float> embeds(kHidden, 0.5f), logits;
@@ -147,9 +146,12 @@ int main(int argc, char** argv) {
     const double old_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double med = median(us), worst = *std::max_element(us.begin(), us.end());
     if (as_json) {
-      std::cout << nlohmann::json{{"context", CL},          {"steps", steps},
-                                  {"median_us", med},       {"max_us", worst},
-                                  {"host_bytes_per_step", bytes}, {"whole_past_conversion_ms", old_ms}}
+      std::cout << nlohmann::json{{"context", CL},
+                                  {"steps", steps},
+                                  {"median_us", med},
+                                  {"max_us", worst},
+                                  {"host_bytes_per_step", bytes},
+                                  {"whole_past_conversion_ms", old_ms}}
                        .dump()
                 << std::endl;
     } else {

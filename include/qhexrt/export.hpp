@@ -24,6 +24,10 @@ struct ExportOptions {
   // Columns per block of a w4 matrix (docs/bundle.md, "w4"): 64 or 32. A CPU bundle stores a
   // matrix whose input features are not a multiple of it as w8; a qnn-htp export refuses it.
   std::int64_t w4_block = 64;
+  // The text decoder's matrix kinds a w4 bundle keeps in w8: "auto" (those whose measured
+  // w4 error is over 1.5x the median kind's; the export prints the measurement), "none", or
+  // a comma list (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
+  std::string w4_keep_w8 = "auto";
   std::int64_t image_size = 512;  // fixed resize of the VLM manifest; names the files
   std::int64_t prefill_chunk = 320;
   std::int64_t context = 1024;

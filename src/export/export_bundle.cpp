@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/weights.hpp"
@@ -12,6 +13,7 @@
 #include "export/bundle_manifests.hpp"
 #include "export/export_steps.hpp"
 #include "export/outlier_smoothing.hpp"
+#include "export/w4_keep.hpp"
 #include "export/staged_bundle.hpp"
 #include "export/bundle_writer.hpp"
 #include "formats/quantize.hpp"
@@ -97,15 +99,17 @@ bool starts_with(const std::string& s, std::string_view p) { return s.compare(0,
 // the bundle's format, vectors in f32.
 void add_group(BundleWriter& w, const Checkpoint& ck, std::string_view prefix,
                std::initializer_list<std::string_view> skip, WeightFormat f, bool panels, Progress& progress,
-               const OutlierSmoothing* smoothing = nullptr) {
+               const OutlierSmoothing* smoothing = nullptr, const std::set<std::string>& w8_kinds = {}) {
   for (const auto& name : ck.names()) {
     if (!starts_with(name, prefix)) continue;
     bool skipped = false;
     for (const auto s : skip) skipped |= starts_with(name, s);
     if (skipped) continue;
     const TensorView& t = ck.get(name);
+    bool keep_w8 = false;  // a w4 bundle's matrix of a kind the keep rule keeps in w8
+    for (const auto& k : w8_kinds) keep_w8 |= name.size() > k.size() + 7 && name.ends_with("." + k + ".weight");
     if (t.shape.size() == 2)
-      add_matrix(w, name, t, t.shape[0], t.shape[1], f, panels, progress, smoothing);
+      add_matrix(w, name, t, t.shape[0], t.shape[1], keep_w8 ? WeightFormat::W8 : f, panels, progress, smoothing);
     else if (t.shape.size() == 1)
       add_vector(w, name, t, progress, smoothing);
     else
@@ -151,6 +155,8 @@ void check_cpu_export(const ExportOptions& o) {
     fail("--kv-cache must be f32, f16 or i8, got \"", o.kv_cache, "\"");
   const bool quantized = *format == WeightFormat::W8 || *format == WeightFormat::W4;
   check_w4_block(o.w4_block);
+  if (o.w4_keep_w8 != "auto" && *format != WeightFormat::W4)
+    fail("--w4-keep-w8 is for --weights w4 (got --weights ", o.weights, ")");
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
     fail("--lm-head must be w8 or w4, in a w8 or w4 bundle (got --lm-head ", o.lm_head, " with --weights ", o.weights,
          ")");
@@ -217,9 +223,16 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   const OutlierSmoothing smoothing =
       smooth ? plan_outlier_smoothing(ck, cfg.text.num_hidden_layers) : OutlierSmoothing{};
   out.smoothed_channels = smoothing.channels;
+  std::set<std::string> w8_kinds;
+  if (format == WeightFormat::W4) {
+    const W4KeepRule rule = measure_w4_keep(ck, cfg.text.num_hidden_layers, o.w4_block,
+                                            smoothing.empty() ? nullptr : &smoothing, o.w4_keep_w8);
+    w8_kinds = rule.kept();
+    out.notes.push_back(rule.summary());
+  }
   write(files.llm, "llm_shared", [&](BundleWriter& w) {
     add_group(w, ck, "model.language_model.", {embed_name}, format, panels, progress,
-              smoothing.empty() ? nullptr : &smoothing);
+              smoothing.empty() ? nullptr : &smoothing, w8_kinds);
   });
   const WeightFormat head_format =
       !o.lm_head.empty() ? *parse_weight_format(o.lm_head) : (format == WeightFormat::W4 ? WeightFormat::W8 : format);
@@ -273,7 +286,7 @@ ExportSummary published_summary(const StagedBundle& stage, const std::string& vl
 ExportSummary export_bundle(const ExportOptions& o) {
   if (o.target == "qnn-htp") {
     if (!o.kv_cache.empty())
-      fail("--kv-cache is for --target cpu: the qnn-htp graphs' KV cache is the host's, in f32 (docs/qnn.md)");
+      fail("--kv-cache is for --target cpu: the qnn-htp graphs take their KV cache in fp16, in place (docs/qnn.md)");
     return export_qnn_bundle(o);
   }
   if (o.target != "cpu") fail("--target must be cpu or qnn-htp, got \"", o.target, "\"");
@@ -287,6 +300,7 @@ ExportSummary export_bundle(const ExportOptions& o) {
     stage.publish(!export_no_exchange());
     ExportSummary s = published_summary(stage, w.vlm_manifest, w.text_manifest);
     s.smoothed_channels = w.smoothed_channels;
+    s.notes = w.notes;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   });

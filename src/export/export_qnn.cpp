@@ -247,6 +247,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     check_cancelled(o);
     stage.publish(!export_no_exchange());
     ExportSummary s = published_summary(stage, vlm, text);
+    s.notes = cpu_files.notes;
     s.notes.push_back(cat("device memory per decoder context (the largest of ", parts,
                           "): ", static_cast<std::int64_t>(mem.total() / 1e6), " MB of the ~",
                           static_cast<std::int64_t>(npu::kContextLimitBytes / 1e6),

@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/file_digest.hpp"
 #include "common/test_hooks.hpp"
@@ -31,6 +32,7 @@ struct WrittenFiles {
   std::string vlm_manifest, text_manifest;    // file names
   std::map<std::string, FileDigest> digests;  // of every file written, computed as it was written
   std::size_t smoothed_channels = 0;          // outlier channels folded into the weights
+  std::vector<std::string> notes;             // for ExportSummary::notes (the w4 keep rule's measurement)
 };
 
 // Stops the export with an error when ExportOptions::cancelled says so.

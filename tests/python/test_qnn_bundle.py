@@ -423,3 +423,24 @@ def test_export_refuses_what_a_qnn_bundle_cannot_be(args, needles, tmp_path):
     assert not (tmp_path / "b").exists()  # refused before any work
     for n in needles:
         assert n in err, f"{n!r} not in {err}"
+
+
+def test_the_device_time_model_is_calibrated_and_prices_the_bundle():
+    """qhx_bench --npu-model: the reference design's three SM8750 figures come back exactly
+    (the model's three constants are solved from them), and the bundle's table is consistent."""
+    bundle = qnn_bundle("tiny_a")
+    p = subprocess.run([str(tool_path("qhx_bench")), "--npu-model", str(bundle), "--soc", "SM8750", "--json"],
+                       capture_output=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr.decode()
+    j = json.loads(p.stdout.decode())
+    for graph, (predicted, measured) in j["calibration"].items():
+        assert abs(predicted - measured) < 1e-6, (graph, predicted, measured)
+    w8, w4 = j["w8"], j["w4"]
+    assert [g["graph"] for g in w8["graphs"]] == ["vision", "prefill", "short", "verify", "decode", "lm_head"]
+    assert [g["rows"] for g in w8["graphs"]][1:5] == [64, 32, 5, 1]  # the bundle's blocks
+    assert w8["context"] == 384 and j["bundle_weights"] == "w8"
+    assert w4["decode_ms_per_token"] < w8["decode_ms_per_token"]
+    assert w8["spec_ms_per_token"] == sorted(w8["spec_ms_per_token"], reverse=True)  # higher acceptance, faster
+    bad = subprocess.run([str(tool_path("qhx_bench")), "--npu-model", str(bundle), "--soc", "SM8450"],
+                         capture_output=True, timeout=60, check=False)
+    assert bad.returncode != 0 and b"--soc" in bad.stderr
