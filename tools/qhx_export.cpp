@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--weights", o.weights,
                  "weight format: w8 (int8 per channel), w4 (int4, low-power block quantization), f16, f32")
       ->check(qhx_cli::IsMember({"w8", "w4", "f16", "f32"}));
-  app.add_option("--w4-block", o.w4_block, "columns per w4 block: 64 (the default) or 32")
-      ->check(qhx_cli::IsMember({"32", "64"}));
+  app.add_option("--w4-block", o.w4_block,
+                 "columns per w4 block: 64 (the default), 32 or 128 (fewer scale bytes on the HTP)")
+      ->check(qhx_cli::IsMember({"32", "64", "128"}));
   app.add_option("--w4-keep-w8", o.w4_keep_w8,
                  "w4: the decoder matrix kinds kept in w8: auto (the default: those whose measured w4 error is over "
                  "1.5x the median kind's), none, or a comma list such as down_proj,v_proj");

@@ -21,7 +21,7 @@ struct ExportOptions {
   std::filesystem::path out_dir;
   std::string weights = "w8";  // w8 | w4 | f16 | f32
   std::string lm_head;         // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
-  // Columns per block of a w4 matrix (docs/bundle.md, "w4"): 64 or 32. A CPU bundle stores a
+  // Columns per block of a w4 matrix (docs/bundle.md, "w4"): 64, 32 or 128. A CPU bundle stores a
   // matrix whose input features are not a multiple of it as w8; a qnn-htp export refuses it.
   std::int64_t w4_block = 64;
   // The text decoder's matrix kinds a w4 bundle keeps in w8: "auto" (those whose measured

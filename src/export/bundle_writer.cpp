@@ -81,8 +81,8 @@ BundleWriter::BundleWriter(fs::path path, std::map<std::string, std::string> met
   if (!f) fail(path_.string(), ": bundle metadata \"weights\": '", weights->second, "' is not w8, w4, f16 or f32");
   weights_ = *f;
   if (const auto b = metadata_.find("w4_block"); b != metadata_.end()) {
-    if (b->second != "32" && b->second != "64")
-      fail(path_.string(), ": bundle metadata \"w4_block\": '", b->second, "' is not 32 or 64");
+    if (b->second != "32" && b->second != "64" && b->second != "128")
+      fail(path_.string(), ": bundle metadata \"w4_block\": '", b->second, "' is not 32, 64 or 128");
     w4_block_ = std::stoi(b->second);
   }
   if (metadata_.count("qhexrt_bundle") != 0)

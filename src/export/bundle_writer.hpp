@@ -63,7 +63,7 @@ class BundleWriter {
   const std::filesystem::path& path() const { return path_; }
   // The bundle's "weights" format.
   WeightFormat weights() const { return weights_; }
-  // Columns per w4 block: the metadata's "w4_block" (32 or 64), kW4Block without it.
+  // Columns per w4 block: the metadata's "w4_block" (32, 64 or 128), kW4Block without it.
   std::int64_t w4_block() const { return w4_block_; }
 
   // Declares a tensor whose numel * dtype_size bytes `produce` writes during

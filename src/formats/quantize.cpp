@@ -53,11 +53,20 @@ double block_error(const float* w, std::int64_t n, float scale) {
 }
 
 // The multiplier in 1..16 of least squared error; ties go to the larger one (less clipping).
+// Going down from 16, the block's loudest value clips ever more: once its clipping error
+// alone reaches the best sum, no smaller multiplier can win, and the search stops.
 int best_multiplier(const float* w, std::int64_t n, float channel_scale) {
+  float loud = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (std::fabs(w[i]) > std::fabs(loud)) loud = w[i];
+  const double reach = loud < 0 ? 8.0 : 7.0;  // the largest |q| on the loud value's side
   int best = kW4MaxMultiplier;
   double best_error = block_error(w, n, channel_scale * static_cast<float>(best));
   for (int m = kW4MaxMultiplier - 1; m >= 1; --m) {
-    const double e = block_error(w, n, channel_scale * static_cast<float>(m));
+    const float scale = channel_scale * static_cast<float>(m);
+    const double clip = std::fabs(static_cast<double>(loud)) - reach * static_cast<double>(scale);
+    if (clip > 0 && clip * clip >= best_error) break;
+    const double e = block_error(w, n, scale);
     if (e < best_error) best = m, best_error = e;
   }
   return best;
@@ -86,7 +95,7 @@ WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols, std::int64
 }
 
 void check_w4_block(std::int64_t block) {
-  if (block != 32 && block != 64) fail("the w4 block size must be 32 or 64 columns, got ", block);
+  if (block != 32 && block != 64 && block != 128) fail("the w4 block size must be 32, 64 or 128 columns, got ", block);
 }
 
 DType stored_dtype(WeightFormat f) {

@@ -9,7 +9,7 @@
 //   w8   I8 [rows, cols] + F32 scales [rows]: per row, scale = max|w| / 127,
 //        q = clamp(round_half_even(w / scale), -127, 127)
 //   w4   U8 [rows, cols / 2] + F32 scales [rows, cols / 32] (+ F32 channel scales [rows]):
-//        low-power block quantization (QAIRT's LPBQ) with blocks of B = 64 (or 32)
+//        low-power block quantization (QAIRT's LPBQ) with blocks of B = 64 (or 32, 128)
 //        columns: a per-row channel scale s with 4 significant bits and per block
 //        an integer multiplier m in 1..16, the block's scale s · m (exact in f32,
 //        bf16 and fp16 alike), chosen by the least squared error of the block;
@@ -45,7 +45,7 @@ std::optional<WeightFormat> parse_weight_format(std::string_view s);
 // The format a matrix with `cols` input features is stored in under bundle
 // format `f`: w4 needs cols % block == 0, other matrices fall back to w8.
 WeightFormat matrix_storage_format(WeightFormat f, std::int64_t cols, std::int64_t block = kW4Block);
-// A w4 block size the scheme takes: 32 or 64 (anything else throws).
+// A w4 block size the scheme takes: 32, 64 or 128 (anything else throws).
 void check_w4_block(std::int64_t block);
 
 // The stored dtype of a matrix in format `f` (F32, F16, I8, U8), and its shape

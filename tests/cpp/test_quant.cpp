@@ -201,8 +201,9 @@ bool has_4_significant_bits(float s) {
 
 TEST(Quantize, W4BlocksAreLeastSquaresMultiplesOfAChannelScale) {
   std::mt19937 rng(11);
-  for (const std::int64_t block : {64, 32}) {
-    for (const std::size_t cols : {64u, 128u, 320u}) {
+  for (const std::int64_t block : {64, 32, 128}) {
+    for (const std::size_t cols : {64u, 128u, 320u, 384u}) {
+      if (cols % static_cast<std::size_t>(block) != 0) continue;
       auto w = random_row(rng, cols, 1.0f);
       for (std::size_t c = 0; c < 8; ++c) w[c] *= 0.01f;  // a quiet block beside loud ones
       for (std::size_t c = 64; c < cols && c < 128; ++c) w[c] *= 20.0f;
@@ -269,7 +270,7 @@ TEST(Quantize, W4ChannelScaleRoundsUpAndTinyRowsBecomeZero) {
   EXPECT_EQ(ts[1], 1.0f);
   for (const auto v : tp) EXPECT_EQ(v, 0);
   expect_error([&] { quantize_w4_row(w.data(), 96, 64, packed.data(), scales.data()); }, {"multiple of 64", "96"});
-  expect_error([&] { quantize_w4_row(w.data(), 128, 48, packed.data(), scales.data()); }, {"32 or 64", "48"});
+  expect_error([&] { quantize_w4_row(w.data(), 128, 48, packed.data(), scales.data()); }, {"32, 64 or 128", "48"});
 }
 
 TEST(Quantize, W4PackingTiesAndZeroBlocks) {
