@@ -111,8 +111,7 @@ nlohmann::json read_json(const fs::path& p) {
 // A 4-bit HTP bundle has every matrix but the lm-head in 4 bits: a matrix whose input
 // features are not a multiple of the block, which a CPU bundle would keep in w8, is
 // refused here, before any work, rather than silently costing the NPU bytes.
-void check_w4_blocks(const ExportOptions& o) {
-  const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+void check_w4_blocks(const ExportOptions& o, const Qwen3VLConfig& cfg) {
   const auto& t = cfg.text;
   const auto& v = cfg.vision;
   const std::int64_t merged = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
@@ -136,8 +135,7 @@ npu::Blocks blocks_of(const ExportOptions& o, std::int64_t short_chunk) {
 
 // A context the model's positions cannot reach, or that a device's process domain cannot
 // hold, is refused before any work (docs/qnn.md, "Context length").
-void check_device_memory(const ExportOptions& o, std::int64_t short_chunk) {
-  const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+void check_device_memory(const ExportOptions& o, const Qwen3VLConfig& cfg, std::int64_t short_chunk) {
   if (cfg.text.max_position_embeddings > 0 && o.context > cfg.text.max_position_embeddings)
     fail("--context ", o.context, " is beyond the model's ", cfg.text.max_position_embeddings,
          " positions (max_position_embeddings)");
@@ -168,7 +166,8 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
         o.weights);
   if (!o.lm_head.empty() && o.lm_head != "w8") fail("--target qnn-htp: the lm-head is int8 (--lm-head w8)");
   check_w4_block(o.w4_block);
-  if (o.weights == "w4") check_w4_blocks(o);
+  const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
+  if (o.weights == "w4") check_w4_blocks(o, cfg);
   if (std::find(qnn_socs().begin(), qnn_socs().end(), o.soc) == qnn_socs().end())
     fail("--soc must be SM8650 (HTP v75), SM8750 (v79) or SM8850 (v81), got \"", o.soc, "\"");
   const std::int64_t short_chunk =
@@ -182,7 +181,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
   if (o.prefill_chunk >= o.context)
     fail("--prefill-chunk (", o.prefill_chunk, ") must be below --context (", o.context,
          "): the prefill graph's past is the context less one block");
-  check_device_memory(o, short_chunk);
+  check_device_memory(o, cfg, short_chunk);
   const fs::path python = generator_python(), script = generator_script();
   return abandon_on_error(o, [&] {
     ExportOptions cpu = o;
@@ -208,7 +207,6 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     run_generator(args, o);
     nlohmann::json desc = read_json(dir / "qnn_graphs.json");
     // The prefill stage's price of a block call (docs/qnn.md, "Device time model").
-    const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
     desc["block_knee"] = std::round(npu::block_knee(cfg, o.soc, o.weights) * 10) / 10;
     // What the largest decoder context needs on the device (qhx_doctor reads it back).
     const auto parts = static_cast<std::int64_t>(desc.at("llm_parts").size());

@@ -73,6 +73,7 @@ class PrefillStage final : public Stage {
     std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * chunk));
     std::vector<float> ds(static_cast<std::size_t>(n_ds * chunk * H));
     std::vector<float> logits;
+    if (short_) plan_blocks(L - P);
     for (std::int64_t s = P, T = 0; s < L; s += T) {
       Decoder& g = short_ ? cheapest(L - s, s) : s > room && tail != nullptr ? *tail : *llm_;
       T = std::min(&g == tail ? 1 : &g == short_.get() ? short_->block() : chunk, L - s);
@@ -108,30 +109,29 @@ class PrefillStage final : public Stage {
   }
 
  private:
-  // With a short block graph: the graph of the next call through the R tokens left at
-  // position s, on the cheapest mix of blocks for the remainder. A call of block b costs
-  // 1 + b / knee (its weight stream, then its rows: docs/qnn.md, "Device time model"),
-  // minimized over the remainder; a graph whose past input cannot hold s gives way to the
-  // next smaller one.
-  Decoder& cheapest(std::int64_t R, std::int64_t s) {
-    std::vector<Decoder*> graphs{llm_.get(), short_.get()};
-    if (tail_) graphs.push_back(tail_.get());
-    auto cost_of = [&](const Decoder* g) {
-      return 1.0 + static_cast<double>(g->block()) / knee_;
-    };
-    cost_.assign(static_cast<std::size_t>(R + 1), 0.0);
+  // With a short block graph: the cheapest mix of blocks for every remainder up to R. A call
+  // of block b costs 1 + b / knee (its weight stream, then its rows: docs/qnn.md, "Device
+  // time model"); the cost depends on the remainder alone, so one table serves the prompt.
+  void plan_blocks(std::int64_t R) {
+    graphs_ = {llm_.get(), short_.get()};
+    if (tail_) graphs_.push_back(tail_.get());
+    std::vector<double> cost(static_cast<std::size_t>(R + 1), 0.0);
     first_.assign(static_cast<std::size_t>(R + 1), 0);
     for (std::int64_t r = 1; r <= R; ++r) {
-      cost_[static_cast<std::size_t>(r)] = std::numeric_limits<double>::infinity();
-      for (std::size_t i = 0; i < graphs.size(); ++i) {
-        const double c =
-            cost_of(graphs[i]) + cost_[static_cast<std::size_t>(std::max<std::int64_t>(0, r - graphs[i]->block()))];
-        if (c < cost_[static_cast<std::size_t>(r)])
-          cost_[static_cast<std::size_t>(r)] = c, first_[static_cast<std::size_t>(r)] = i;
+      double& best = cost[static_cast<std::size_t>(r)];
+      best = std::numeric_limits<double>::infinity();
+      for (std::size_t i = 0; i < graphs_.size(); ++i) {
+        const double c = 1.0 + static_cast<double>(graphs_[i]->block()) / knee_ +
+                         cost[static_cast<std::size_t>(std::max<std::int64_t>(0, r - graphs_[i]->block()))];
+        if (c < best) best = c, first_[static_cast<std::size_t>(r)] = i;
       }
     }
-    for (std::size_t i = first_[static_cast<std::size_t>(R)]; i < graphs.size(); ++i)
-      if (graphs[i]->block() == 1 || s <= graphs[i]->room()) return *graphs[i];
+  }
+  // The graph of the next call through the R tokens left at position s (plan_blocks has run
+  // for at least R); a graph whose past input cannot hold s gives way to the next smaller one.
+  Decoder& cheapest(std::int64_t R, std::int64_t s) const {
+    for (std::size_t i = first_[static_cast<std::size_t>(R)]; i < graphs_.size(); ++i)
+      if (graphs_[i]->block() == 1 || s <= graphs_[i]->room()) return *graphs_[i];
     fail("prefill: ", s,
          " tokens are cached, past the room of every block graph (the plan has no decode graph "
          "as its tail_graph)");
@@ -143,8 +143,8 @@ class PrefillStage final : public Stage {
   std::unique_ptr<Decoder> short_;  // null, or a smaller block graph for remainders
   double knee_;                     // rows whose compute costs one call's weight stream
   bool one_by_one_;
-  std::vector<double> cost_;        // cheapest(): cost of the remainder r
-  std::vector<std::size_t> first_;  // cheapest(): the graph its first call takes
+  std::vector<Decoder*> graphs_;    // plan_blocks(): the block graphs, largest first, then the tail
+  std::vector<std::size_t> first_;  // plan_blocks(): per remainder, the graph its first call takes
 };
 
 }  // namespace
