@@ -65,9 +65,13 @@ nlohmann::json common(const BundleFiles& f, const std::string& name, const HfDir
 }
 
 // w8 and w4 graphs say how they compute: "int8" (the default, stated so a user
-// sees the knob) quantizes activations per row; "f32" keeps them exact (docs/manifest.md).
+// sees the knob) quantizes activations per row; "f16" rounds them to fp16; "f32" keeps them
+// exact (docs/manifest.md).
 void add_activations(const BundleFiles& f, nlohmann::json& graph) {
-  if (f.weights == "w8" || f.weights == "w4") graph["activations"] = "int8";
+  if (!f.activations.empty())
+    graph["activations"] = f.activations;
+  else if (f.weights == "w8" || f.weights == "w4")
+    graph["activations"] = "int8";
 }
 
 nlohmann::json llm_graphs(const BundleFiles& f) {

@@ -24,6 +24,7 @@ struct BundleFiles {
   std::string weights;                    // w8 | w4 | f16 | f32, for the manifests' names
   std::string chat_template = "qwen3vl";  // the family's built-in one, or the checkpoint's copied into the bundle
   std::string kv_cache;  // the decoder's "kv_cache" ("" : f16 in w8 and w4 bundles, else the default f32)
+  std::string activations;  // every graph's "activations" ("": int8 in w8 and w4 bundles, else unstated: f32)
 };
 
 // Writes a manifest as indented JSON, durably; throws naming the file when it cannot be written.

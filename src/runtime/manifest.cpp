@@ -150,6 +150,8 @@ Manifest parse_manifest(std::string_view json_text, const std::string& source, c
     if (mg.kind.empty()) g.fail_at("kind", "missing (e.g. \"qwen3vl.text_decoder\")");
     if (const auto kv = entry.find("kv_cache"); kv != entry.end() && *kv == "i8" && m.version < 5)
       g.fail_at("kv_cache", cat("\"i8\" needs qhexrt_manifest >= 5 (this plan says ", m.version, ")"));
+    if (const auto a = entry.find("activations"); a != entry.end() && *a == "f16" && m.version < 8)
+      g.fail_at("activations", cat("\"f16\" needs qhexrt_manifest >= 8 (this plan says ", m.version, ")"));
     mg.spec = entry;
     m.graphs.emplace(name, std::move(mg));
   }

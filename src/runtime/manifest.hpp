@@ -20,7 +20,7 @@ namespace qhx {
 // The manifest format version this build reads. Compatibility rule: a reader
 // accepts every version up to its own; a manifest that needs a newer reader
 // is refused with a message naming both versions.
-constexpr std::int64_t kManifestVersion = 7;
+constexpr std::int64_t kManifestVersion = 8;
 
 struct ManifestGraph {
   std::string backend;  // "cpu"

@@ -128,6 +128,38 @@ TEST_P(Kernels, LinearF32AndBf16WithAndWithoutBias) {
   }
 }
 
+// f16_activations: the product of the input rounded to the nearest fp16 (half.hpp's
+// f32_to_f16, ties to even), bit for bit what the same kernel gives on that rounded input.
+TEST_P(Kernels, LinearWithF16ActivationsIsLinearOfTheRoundedInput) {
+  for (const auto& [m, n, kk] : {std::tuple{1, 7, 13}, {5, 33, 64}, {17, 19, 130}, {4, 9, 96}}) {
+    auto x = random(static_cast<std::size_t>(m * kk), 3.0f);
+    x[0] = 1.0f + 1.0f / 2048;  // a tie: rounds to even (1.0)
+    x[1] = 70000.0f;            // past the fp16 range: infinity, as a cast to fp16 gives
+    const auto w = random(static_cast<std::size_t>(n * kk));
+    const auto b = random(static_cast<std::size_t>(n));
+    std::vector<float> rounded(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) rounded[i] = f16_to_f32(f32_to_f16(x[i]));
+    ASSERT_EQ(rounded[0], 1.0f);
+    for (const WeightFormat f : {WeightFormat::F32, WeightFormat::F16, WeightFormat::W8, WeightFormat::W4}) {
+      if (f == WeightFormat::W4 && kk % 32 != 0) continue;
+      SCOPED_TRACE(std::string(format_name(f)) + " " + std::to_string(n) + "x" + std::to_string(kk));
+      const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f == WeightFormat::F32 ? WeightFormat::F16 : f, 32);
+      WeightMatrix wq =
+          f == WeightFormat::F32 ? WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}
+          : f == WeightFormat::F16 ? WeightMatrix{.data = q.data.data(), .dtype = DType::F16, .rows = n, .cols = kk}
+          : f == WeightFormat::W8
+              ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data.data()), q.scales.data(), n, kk)
+              : WeightMatrix::w4(q.data.data(), q.scales.data(), n, kk);
+      std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size());
+      k().linear(rounded.data(), m, wq, b.data(), want.data());
+      wq.f16_activations = true;
+      k().linear(x.data(), m, wq, b.data(), got.data());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "at " << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+}
+
 // linear_then: the product of linear, each block handed to the step once, when final.
 TEST_P(Kernels, LinearThenStepsOverFinishedBlocks) {
   for (const auto& [m_, n_, k_] : {std::tuple{1, 7, 13}, {3, 300, 64}, {70, 33, 96}}) {

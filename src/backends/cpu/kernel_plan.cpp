@@ -22,14 +22,16 @@ KernelPlan kernel_plan(const GraphBlob& blob) {
     plan.int8_activations = blob.manifest_version >= 2;
     return plan;
   }
-  if (!it->is_string() || (*it != "int8" && *it != "f32"))
-    fail("graph \"", blob.name, "\": \"activations\" must be \"int8\" or \"f32\", not ", it->dump());
+  if (!it->is_string() || (*it != "int8" && *it != "f16" && *it != "f32"))
+    fail("graph \"", blob.name, "\": \"activations\" must be \"int8\", \"f16\" or \"f32\", not ", it->dump());
   plan.int8_activations = *it == "int8";
+  plan.f16_activations = *it == "f16";
   return plan;
 }
 
 void prepare(const KernelPlan& plan, WeightMatrix& w) {
   w.int8_activations = plan.int8_activations && (w.dtype == DType::I8 || w.dtype == DType::U8);
+  w.f16_activations = plan.f16_activations;
   w.packed = plan.kernels->pack(w);
   if (w.panel_form) {
     if (w.packed != nullptr) return;  // the mapped panels themselves: nothing to copy or release

@@ -4,6 +4,8 @@
 //                          activations quantized per row at run time; the default
 //                          (manifest version 2 and later; version 1 plans, which
 //                          predate the key, keep f32)
+//                  "f16"   every matrix's input is rounded to fp16 (ties to even),
+//                          then as "f32": what an fp16 accelerator computes
 //                  "f32"   every matrix is widened to f32 in registers: exact
 //                          with respect to the stored weights, slower
 // Matrices of other formats always compute in f32.
@@ -22,6 +24,7 @@ namespace qhx::cpu {
 struct KernelPlan {
   const KernelSet* kernels = nullptr;
   bool int8_activations = true;
+  bool f16_activations = false;
 };
 
 // The plan for blob on the active kernel set. Throws qhx::Error naming the

@@ -202,6 +202,16 @@ void ToF16Range(const float* x, std::uint16_t* y, std::int64_t b, std::int64_t e
   for (; i < e; ++i) y[i] = f32_to_f16(x[i]);
 }
 
+// y = float(f16(x)): the value an fp16 activation holds, ties to even.
+void RoundF16Range(const float* x, float* y, std::int64_t b, std::int64_t e) {
+  const DF df;
+  const hn::Rebind<F16, DF> dh;
+  const std::int64_t N = lanes();
+  std::int64_t i = b;
+  for (; i + N <= e; i += N) hn::StoreU(hn::PromoteTo(df, hn::DemoteTo(dh, hn::LoadU(df, x + i))), df, y + i);
+  for (; i < e; ++i) y[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
 // ---- norms and elementwise ------------------------------------------------------
 
 void RmsNormRows(const float* x, const float* w, std::int64_t n, float eps, float* y, std::int64_t r0,
@@ -378,6 +388,7 @@ namespace fast {
 HWY_EXPORT(LinearRows);
 HWY_EXPORT(CompiledTarget);
 HWY_EXPORT(ToF16Range);
+HWY_EXPORT(RoundF16Range);
 HWY_EXPORT(RmsNormRows);
 HWY_EXPORT(LayerNormRows);
 HWY_EXPORT(SiluMulRange);
@@ -390,6 +401,17 @@ namespace {
 
 // x [m, cols] with each group of 32 columns reordered to its 16 even columns,
 // then its 16 odd ones: the order W4Row reads the nibbles in.
+// x [n] rounded to fp16 values, in a buffer of the calling thread's.
+const float* rounded_to_f16(const float* x, std::int64_t n) {
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<std::size_t>(n));
+  float* y = buf.data();
+  parallel_for(n, std::int64_t{1} << 14, [&](std::int64_t b, std::int64_t e) {
+    HWY_DYNAMIC_DISPATCH(RoundF16Range)(x, y, b, e);
+  });
+  return y;
+}
+
 const float* permute_for_w4(const float* x, std::int64_t m, std::int64_t cols) {
   thread_local std::vector<float> buf;
   buf.resize(static_cast<std::size_t>(m * cols));
@@ -429,6 +451,7 @@ void linear_with(const float* x, std::int64_t m, const WeightMatrix& w, const fl
     reference(x, m, w, bias, y, step);  // reports the bad matrix as the reference does
     return;
   }
+  if (w.f16_activations) x = rounded_to_f16(x, m * w.cols);
   const float* xs = w.dtype == DType::U8 ? permute_for_w4(x, m, w.cols) : x;
   parallel_for(w.rows, grain_for(m * w.cols), [&](std::int64_t b, std::int64_t e) {
     HWY_DYNAMIC_DISPATCH(LinearRows)(xs, m, w, bias, y, b, e);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/int8_attention.hpp"
+#include "common/half.hpp"
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/kv_cache_i8.hpp"
 #include "qhexrt/error.hpp"
@@ -134,6 +135,12 @@ void linear(const float* x, std::int64_t m, const WeightMatrix& w, const float* 
   if (w.int8_activations) {
     linear_int8(x, m, w, bias, y);
     return;
+  }
+  std::vector<float> rounded;
+  if (w.f16_activations) {
+    rounded.resize(static_cast<std::size_t>(m * w.cols));
+    for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = f16_to_f32(f32_to_f16(x[i]));
+    x = rounded.data();
   }
   std::vector<float> row(static_cast<std::size_t>(w.cols));
   for (std::int64_t n = 0; n < w.rows; ++n) {

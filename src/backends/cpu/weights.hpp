@@ -29,6 +29,9 @@
 // quantizes each activation row to int8 and multiplies integers, by the
 // contract in int8_matmul.hpp, instead of widening the weights to f32. A
 // kernel set may keep a repacked copy of such a matrix in `packed`.
+// Any matrix may instead ask for its input rounded to the nearest fp16 (ties to even)
+// before the f32 product (`f16_activations`): the precision an fp16 accelerator holds
+// activations in, so a CPU bundle can show what that costs.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,7 @@ struct WeightMatrix {
   std::int64_t cols = 0;                             // input features
   const float* scales = nullptr;                     // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
   bool int8_activations = false;                     // w8 and w4 only: the int8 path (see above)
+  bool f16_activations = false;                      // not int8: activations rounded to fp16 first
   std::shared_ptr<const PackedI8> packed = nullptr;  // the kernel set's repacked copy, or null
   bool panel_form = false;                           // w8 only: data in the stored panel layout (above)
   const std::int32_t* panel_row_sums = nullptr;      // panel_form: [panels · 16] Σ_c q[r, c]
