@@ -85,6 +85,13 @@ BundleWriter::BundleWriter(fs::path path, std::map<std::string, std::string> met
       fail(path_.string(), ": bundle metadata \"w4_block\": '", b->second, "' is not 32, 64 or 128");
     w4_block_ = std::stoi(b->second);
   }
+  if (const auto sc = metadata_.find("w4_scales"); sc != metadata_.end()) {
+    const auto how = parse_w4_scales(sc->second);
+    if (!how) fail(path_.string(), ": bundle metadata \"w4_scales\": '", sc->second, "' is not lpbq or free");
+    if (*how == W4Scales::Free && w4_block_ != kW4Group)
+      fail(path_.string(), ": bundle metadata \"w4_scales\" free takes \"w4_block\" 32, not ", w4_block_);
+    w4_scales_ = *how;
+  }
   if (metadata_.count("qhexrt_bundle") != 0)
     fail(path_.string(), ": bundle metadata \"qhexrt_bundle\" is set by the writer (the version its tensors need)");
 }
@@ -223,6 +230,7 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
   if (rows < 0 || cols < 0) fail(w.path().string(), ": matrix '", name, "': negative shape [", rows, ", ", cols, "]");
   if (!rows_of) fail(w.path().string(), ": matrix '", name, "' has no row source");
   const std::int64_t block = w.w4_block();
+  const W4Scales how = w.w4_scales();
   const WeightFormat sf = matrix_storage_format(f, cols, block);
   const auto ucols = static_cast<std::size_t>(cols);
   // The scales are computed with the matrix and written right after it.
@@ -234,7 +242,7 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
   };
   auto shared = std::make_shared<Shared>(Shared{std::move(rows_of), {}, {}, false});
 
-  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols), [shared, sf, rows, cols, ucols, block](ByteSink& sink) {
+  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols), [shared, sf, rows, cols, ucols, block, how](ByteSink& sink) {
     std::vector<float> row(ucols);
     std::vector<std::uint8_t> bytes(sf == WeightFormat::F32   ? ucols * 4
                                     : sf == WeightFormat::F16 ? ucols * 2
@@ -244,7 +252,8 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
     std::vector<std::int8_t> q(sf == WeightFormat::W8 ? ucols : 0);
     const std::size_t per_row = sf == WeightFormat::W8 ? 1 : sf == WeightFormat::W4 ? ucols / kW4Group : 0;
     shared->scales.assign(static_cast<std::size_t>(rows) * per_row, 0.0f);
-    shared->channel_scales.assign(sf == WeightFormat::W4 ? static_cast<std::size_t>(rows) : 0, 0.0f);
+    shared->channel_scales.assign(sf == WeightFormat::W4 && how == W4Scales::Lpbq ? static_cast<std::size_t>(rows) : 0,
+                                  0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       float* scales = shared->scales.data() + static_cast<std::size_t>(r) * per_row;
       try {
@@ -263,10 +272,11 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
             scales[0] = quantize_w8_row(row.data(), cols, q.data());
             std::memcpy(bytes.data(), q.data(), bytes.size());
             break;
-          case WeightFormat::W4:
-            shared->channel_scales[static_cast<std::size_t>(r)] =
-                quantize_w4_row(row.data(), cols, block, bytes.data(), scales);
+          case WeightFormat::W4: {
+            const float channel = quantize_w4_row(row.data(), cols, block, bytes.data(), scales, how);
+            if (how == W4Scales::Lpbq) shared->channel_scales[static_cast<std::size_t>(r)] = channel;
             break;
+          }
         }
       } catch (const Error& e) {
         fail("row ", r, ": ", e.what());
@@ -282,7 +292,7 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
       shared->scales = {};
     });
   }
-  if (sf == WeightFormat::W4) {
+  if (sf == WeightFormat::W4 && how == W4Scales::Lpbq) {
     w.add(name + ".channel_scale", DType::F32, {rows}, [shared, name](ByteSink& sink) {
       if (!shared->ready) fail("the channel scales of '", name, "' were asked for before the matrix was written");
       sink.write(std::span<const float>(shared->channel_scales));

@@ -65,6 +65,8 @@ class BundleWriter {
   WeightFormat weights() const { return weights_; }
   // Columns per w4 block: the metadata's "w4_block" (32, 64 or 128), kW4Block without it.
   std::int64_t w4_block() const { return w4_block_; }
+  // How w4 scales are chosen: the metadata's "w4_scales" ("lpbq" or "free"), LPBQ without it.
+  W4Scales w4_scales() const { return w4_scales_; }
 
   // Declares a tensor whose numel * dtype_size bytes `produce` writes during
   // finish(). Names must be unique, non-empty and not start with "__" (reserved
@@ -95,6 +97,7 @@ class BundleWriter {
   std::map<std::string, std::string> metadata_;
   WeightFormat weights_ = WeightFormat::F32;
   std::int64_t w4_block_ = kW4Block;
+  W4Scales w4_scales_ = W4Scales::Lpbq;
   std::vector<Entry> entries_;
   bool finished_ = false;
   int version_ = 1;
@@ -107,7 +110,7 @@ using RowSource = std::function<void(std::int64_t r, float* out)>;
 
 // Declares matrix `name` [rows, cols] in format `f` (w4 falls back to w8 when
 // cols is not a multiple of the writer's w4 block: see matrix_storage_format):
-// `name` and, for w8 and w4, `name + ".scale"` (w4 also `name + ".channel_scale"`),
+// `name` and, for w8 and w4, `name + ".scale"` (LPBQ w4 also `name + ".channel_scale"`),
 // converted row by row from `rows_of` as the file is written.
 // Returns the format actually used. Conversion errors name the tensor and row.
 WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f, std::int64_t rows, std::int64_t cols,

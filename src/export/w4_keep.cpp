@@ -53,7 +53,7 @@ std::string W4KeepRule::summary() const {
   return o.str();
 }
 
-W4KeepRule measure_w4_keep(const Checkpoint& ck, std::int64_t layers, std::int64_t block,
+W4KeepRule measure_w4_keep(const Checkpoint& ck, std::int64_t layers, std::int64_t block, W4Scales how,
                            const OutlierSmoothing* smoothing, const std::string& mode) {
   std::set<std::string> listed;
   if (mode != "auto" && mode != "none") {
@@ -86,7 +86,7 @@ W4KeepRule measure_w4_keep(const Checkpoint& ck, std::int64_t layers, std::int64
         const std::int64_t r = i * rows / std::min(rows, kSampledRows);
         cpu::weight_row_to_f32(m, r, row.data());
         if (smoothing != nullptr) smoothing->apply_row(name, r, row.data(), cols);
-        quantize_w4_row(row.data(), cols, block, packed.data(), scales.data());
+        quantize_w4_row(row.data(), cols, block, packed.data(), scales.data(), how);
         for (std::int64_t c = 0; c < cols; ++c) {
           const int q = cpu::w4_nibble(packed[static_cast<std::size_t>(c / 2)], static_cast<int>(c % 2));
           const double d = static_cast<double>(row[c]) - q * static_cast<double>(scales[c / kW4Group]);

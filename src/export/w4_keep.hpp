@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "export/outlier_smoothing.hpp"
+#include "formats/quantize.hpp"
 #include "qhexrt/safetensors.hpp"
 
 namespace qhx {
@@ -37,7 +38,7 @@ inline constexpr double kKeepRatio = 1.5;
 
 // `mode`: "auto" (the rule), "none", or a comma list of kinds to keep in w8 (measured and
 // printed all the same). Throws naming an unknown kind.
-W4KeepRule measure_w4_keep(const Checkpoint& ck, std::int64_t layers, std::int64_t block,
+W4KeepRule measure_w4_keep(const Checkpoint& ck, std::int64_t layers, std::int64_t block, W4Scales how,
                            const OutlierSmoothing* smoothing, const std::string& mode);
 
 }  // namespace qhx

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/half.hpp"
 #include "qhexrt/error.hpp"
@@ -142,8 +143,52 @@ float quantize_w8_row(const float* w, std::int64_t cols, std::int8_t* q) {
   return scale;
 }
 
-float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales) {
+std::string_view w4_scales_name(W4Scales s) { return s == W4Scales::Free ? "free" : "lpbq"; }
+
+std::optional<W4Scales> parse_w4_scales(std::string_view s) {
+  if (s == "lpbq") return W4Scales::Lpbq;
+  if (s == "free") return W4Scales::Free;
+  return std::nullopt;
+}
+
+namespace {
+
+// One group of 32 with a free bf16 scale (quantize.hpp): the scale written, the nibbles packed.
+float quantize_w4_group_free(const float* w, std::uint8_t* packed) {
+  float loud = 0.0f;
+  for (std::int64_t i = 0; i < kW4Group; ++i) loud = std::max(loud, std::fabs(w[i]));
+  float best = 1.0f;
+  if (loud >= 0x1p-126f) {
+    double best_error = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < 16; ++k) {
+      const float scale = bf16_to_f32(f32_to_bf16(loud / (6.5f + 0.1f * static_cast<float>(k))));
+      if (!(scale >= 0x1p-126f)) continue;
+      const double e = block_error(w, kW4Group, scale);
+      if (e < best_error) best = scale, best_error = e;
+    }
+  }
+  const bool zero = !(loud >= 0x1p-126f);
+  for (std::int64_t j = 0; j < kW4Group / 2; ++j) {
+    const auto lo = zero ? 0u : static_cast<unsigned>(quantize_one(w[2 * j], best, -8.0f, 7.0f)) & 0xFu;
+    const auto hi = zero ? 0u : static_cast<unsigned>(quantize_one(w[2 * j + 1], best, -8.0f, 7.0f)) & 0xFu;
+    packed[j] = static_cast<std::uint8_t>(lo | (hi << 4));
+  }
+  return best;
+}
+
+}  // namespace
+
+float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales,
+                      W4Scales how) {
   check_w4_block(block);
+  if (how == W4Scales::Free) {
+    if (block != kW4Group) fail("w4 with free scales takes groups of 32 columns, not blocks of ", block);
+    if (cols % kW4Group != 0) fail("w4 needs a multiple of 32 columns, got ", cols);
+    check_finite(w, cols);
+    for (std::int64_t g = 0; g < cols / kW4Group; ++g)
+      scales[g] = quantize_w4_group_free(w + g * kW4Group, packed + g * (kW4Group / 2));
+    return 0.0f;
+  }
   if (cols % block != 0) fail("w4 needs a multiple of ", block, " columns (its block), got ", cols);
   check_finite(w, cols);
   // The channel scale lets the loudest block reach its max with m = 16 and q = 7.
@@ -163,7 +208,7 @@ float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std
 }
 
 QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f,
-                                std::int64_t w4_block) {
+                                std::int64_t w4_block, W4Scales how) {
   if (rows < 0 || cols < 0) fail("quantize_matrix: negative shape [", rows, ", ", cols, "]");
   if (f == WeightFormat::W4) check_w4_block(w4_block);
   if (f == WeightFormat::W4 && cols % w4_block != 0)
@@ -179,7 +224,8 @@ QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t 
     case WeightFormat::F16: m.data.resize(n * sizeof(std::uint16_t)); break;
     case WeightFormat::W8: m.data.resize(n), m.scales.resize(static_cast<std::size_t>(rows)); break;
     case WeightFormat::W4:
-      m.data.resize(n / 2), m.scales.resize(n / kW4Group), m.channel_scales.resize(static_cast<std::size_t>(rows));
+      m.data.resize(n / 2), m.scales.resize(n / kW4Group);
+      if (how == W4Scales::Lpbq) m.channel_scales.resize(static_cast<std::size_t>(rows));
       break;
   }
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -204,8 +250,11 @@ QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t 
           break;
         }
         case WeightFormat::W4:
-          m.channel_scales[ur] = quantize_w4_row(row, cols, w4_block, m.data.data() + ur * (ucols / 2),
-                                                 m.scales.data() + ur * (ucols / kW4Group));
+        {
+          const float channel = quantize_w4_row(row, cols, w4_block, m.data.data() + ur * (ucols / 2),
+                                                m.scales.data() + ur * (ucols / kW4Group), how);
+          if (how == W4Scales::Lpbq) m.channel_scales[ur] = channel;
+        }
           break;
       }
     } catch (const Error& e) {

@@ -17,6 +17,10 @@
 //        nibbles, column 2j in the low nibble of byte j, 2j + 1 in the high one.
 //        The scales are stored per group of 32 columns (a block of 64 writes its
 //        scale twice), the layout the kernels and older bundles share.
+//        Or, with free scales (W4Scales::Free, the CPU's default), per group of 32 any
+//        bf16 scale: of the 16 candidates |loud| / t, t = 6.5, 6.6, ..., 8.0 (loud: the
+//        group's value of largest magnitude), each rounded to bf16, the one of least
+//        squared error (ties to the first); no channel scale.
 // A row or group that is all zeros gets scale 1 (not 0, which would make w / scale
 // 0 / 0): its q are 0 and so are its values; so does a w4 row whose channel scale
 // would be below 2^-126. Value = float(q) * scale.
@@ -37,6 +41,12 @@ enum class WeightFormat : std::uint8_t { F32, F16, W8, W4 };
 inline constexpr std::int64_t kW4Group = 32;  // columns per stored w4 scale
 inline constexpr std::int64_t kW4Block = 64;  // columns per LPBQ block, by default
 inline constexpr int kW4MaxMultiplier = 16;   // a block's scale is s · m, m in 1..16 (4 bits)
+
+// How a w4 row's scales are chosen (above): LPBQ, which the HTP takes, or free per group of 32.
+enum class W4Scales : std::uint8_t { Lpbq, Free };
+// "lpbq", "free" (the spelling of the bundle's "w4_scales" metadata and of qhx_export's --w4-scales).
+std::string_view w4_scales_name(W4Scales s);
+std::optional<W4Scales> parse_w4_scales(std::string_view s);
 
 // "f32", "f16", "w8", "w4": the spelling of the bundle's "weights" metadata.
 std::string_view format_name(WeightFormat f);
@@ -63,8 +73,10 @@ void quantize_f16_row(const float* w, std::int64_t cols, std::uint16_t* out);
 // Writes q [cols] and returns the row's scale.
 float quantize_w8_row(const float* w, std::int64_t cols, std::int8_t* q);
 // cols % block == 0. Writes packed [cols / 2] and scales [cols / 32]; returns the
-// row's channel scale s (every scale is s times an integer in 1..16).
-float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales);
+// row's channel scale s (every scale is s times an integer in 1..16). With free
+// scales, block must be 32 and the return value is 0 (no channel scale).
+float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales,
+                      W4Scales how = W4Scales::Lpbq);
 
 // A whole matrix: the stored bytes (row-major, stored_shape) and the scales.
 struct QuantizedMatrix {
@@ -72,12 +84,12 @@ struct QuantizedMatrix {
   std::int64_t rows = 0, cols = 0;
   std::vector<std::uint8_t> data;
   std::vector<float> scales;          // w8: [rows]; w4: [rows, cols / 32]; else empty
-  std::vector<float> channel_scales;  // w4: [rows]; else empty
+  std::vector<float> channel_scales;  // w4 (LPBQ): [rows]; else empty
 };
 
 // Quantizes `w` [rows, cols] to exactly `f` (w4 with cols % block != 0 is an
 // error: apply matrix_storage_format first). Errors name the row and column.
 QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t cols, WeightFormat f,
-                                std::int64_t w4_block = kW4Block);
+                                std::int64_t w4_block = kW4Block, W4Scales how = W4Scales::Lpbq);
 
 }  // namespace qhx

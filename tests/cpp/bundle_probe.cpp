@@ -15,6 +15,9 @@
 // With a second path, also writes there a file of one panel-form w8 matrix
 // (bundle format 2), metadata {"role": "probe", "weights": "w8"}:
 //   probe.panels.weight       w8 panels [21, 11]  row 0 = kW8Ties, row 1 = zeros
+// With a third path, a file of one w4 matrix with free scales, metadata {"role": "probe",
+// "weights": "w4", "w4_block": "32", "w4_scales": "free"}:
+//   probe.w4free.weight       w4 [4, 128] as probe.w4.weight
 #include <cstdint>
 #include <filesystem>
 #include <algorithm>
@@ -52,8 +55,8 @@ void set_row(std::vector<float>& w, std::int64_t cols, std::int64_t r, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
-    std::cerr << "usage: bundle_probe OUT.bin [PANELS.bin]\n";
+  if (argc < 2 || argc > 4) {
+    std::cerr << "usage: bundle_probe OUT.bin [PANELS.bin [W4FREE.bin]]\n";
     return 2;
   }
   try {
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
     auto w4 = source(4, 128);
     for (std::size_t c = 0; c < 64; ++c) w4[c] = c < kW4Ties.size() ? kW4Ties[c] : kW4Fill[c % kW4Fill.size()];
     set_row(w4, 128, 1, {});
+    const std::vector<float> w4_values = w4;
     qhx::add_matrix(w, "probe.w4.weight", qhx::WeightFormat::W4, 4, 128, std::move(w4));
     qhx::add_matrix(w, "probe.w4_fallback.weight", qhx::WeightFormat::W4, 3, 96, source(3, 96));
     std::vector<float> norm(7);
@@ -74,7 +78,12 @@ int main(int argc, char** argv) {
     w.add_f32("probe.norm.weight", {7}, norm);
     w.add_f32("probe.bias", {3}, std::vector<float>{0.5f, -1.5f, 3.0f});
     w.finish();
-    if (argc == 3) {
+    if (argc == 4) {
+      qhx::BundleWriter f(argv[3], {{"role", "probe"}, {"weights", "w4"}, {"w4_block", "32"}, {"w4_scales", "free"}});
+      qhx::add_matrix(f, "probe.w4free.weight", qhx::WeightFormat::W4, 4, 128, w4_values);
+      f.finish();
+    }
+    if (argc >= 3) {
       qhx::BundleWriter p(argv[2], {{"role", "probe"}, {"weights", "w8"}});
       auto m = std::make_shared<std::vector<float>>(source(21, 11));
       set_row(*m, 11, 0, kW8Ties);

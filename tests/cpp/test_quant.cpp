@@ -273,6 +273,48 @@ TEST(Quantize, W4ChannelScaleRoundsUpAndTinyRowsBecomeZero) {
   expect_error([&] { quantize_w4_row(w.data(), 128, 48, packed.data(), scales.data()); }, {"32, 64 or 128", "48"});
 }
 
+TEST(Quantize, W4FreeScalesTakeTheCandidateOfLeastError) {
+  // Group 0: 7, -3, 1 (and zeros) are exact at scale 1 = 7 / 7.0 (t = 7.0 is the 6th candidate);
+  // every other candidate errs. Group 1: all zeros -> scale 1, q 0. Group 2: -8 is reached at
+  // t = 8.0 (scale 1): -8, 4 exact. No channel scale: the return value is 0.
+  std::vector<float> w(96, 0.0f);
+  w[0] = 7.0f, w[1] = -3.0f, w[2] = 1.0f;
+  w[64] = -8.0f, w[65] = 4.0f;
+  std::vector<std::uint8_t> packed(48, 0xAA);
+  std::vector<float> scales(3);
+  EXPECT_EQ(quantize_w4_row(w.data(), 96, 32, packed.data(), scales.data(), W4Scales::Free), 0.0f);
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_EQ(scales[1], 1.0f);
+  EXPECT_EQ(cpu::w4_nibble(packed[0], 0), 7);
+  EXPECT_EQ(cpu::w4_nibble(packed[0], 1), -3);
+  EXPECT_EQ(cpu::w4_nibble(packed[1], 0), 1);
+  for (int j = 16; j < 32; ++j) EXPECT_EQ(packed[static_cast<std::size_t>(j)], 0);
+  EXPECT_EQ(cpu::w4_nibble(packed[32], 0), -8);
+  EXPECT_EQ(cpu::w4_nibble(packed[32], 1), 4);
+  EXPECT_EQ(scales[2], 1.0f);
+  // Every scale is a bf16 value, and a group's error is at most the LPBQ row's.
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::vector<float> r(256);
+  for (auto& v : r) v = d(rng);
+  std::vector<std::uint8_t> pf(128), pl(128);
+  std::vector<float> sf(8), sl(8);
+  quantize_w4_row(r.data(), 256, 32, pf.data(), sf.data(), W4Scales::Free);
+  quantize_w4_row(r.data(), 256, 64, pl.data(), sl.data(), W4Scales::Lpbq);
+  double ef = 0, el = 0;
+  for (std::size_t c = 0; c < r.size(); ++c) {
+    const double f = r[c] - cpu::w4_nibble(pf[c / 2], static_cast<int>(c % 2)) * static_cast<double>(sf[c / 32]);
+    const double l = r[c] - cpu::w4_nibble(pl[c / 2], static_cast<int>(c % 2)) * static_cast<double>(sl[c / 32]);
+    ef += f * f, el += l * l;
+  }
+  EXPECT_LT(ef, el);
+  for (const float s : sf) EXPECT_EQ(bf16_to_f32(f32_to_bf16(s)), s);
+  expect_error([&] { quantize_w4_row(w.data(), 96, 64, packed.data(), scales.data(), W4Scales::Free); },
+               {"free scales", "32 columns", "64"});
+  expect_error([&] { quantize_w4_row(w.data(), 80, 32, packed.data(), scales.data(), W4Scales::Free); },
+               {"multiple of 32", "80"});
+}
+
 TEST(Quantize, W4PackingTiesAndZeroBlocks) {
   // Block 0: max 7 -> channel scale 2^-4; the integers filling columns 16..63 are exact
   // at m = 16 (scale 1) and nothing else, so m = 16 and the ties are exact.

@@ -103,6 +103,38 @@ def expect_w4(w: np.ndarray, block: int = 64) -> tuple[np.ndarray, np.ndarray, n
     return packed, scales, q, channel
 
 
+def bf16(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to bf16 (ties to even), as f32."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(np.float32)
+
+
+def expect_w4_free(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(packed, scales [rows, cols/32], q) per docs/bundle.md "w4", free scales: per group of 32 the
+    candidate bf16(|loud| / t), t = 6.5, 6.6, ..., 8.0, of least squared error (the first of equals);
+    a zero group gets scale 1."""
+    rows, cols = w.shape
+    q = np.zeros((rows, cols), np.int8)
+    scales = np.ones((rows, cols // 32), np.float32)
+    for r in range(rows):
+        for g in range(cols // 32):
+            wg = w[r, 32 * g:32 * g + 32]
+            loud = np.float32(np.max(np.abs(wg)))
+            if not loud >= np.float32(2.0**-126):
+                continue
+            best = None
+            for k in range(16):
+                s = bf16(loud / (np.float32(6.5) + np.float32(0.1) * np.float32(k)))
+                e = np.sum((wg.astype(np.float64) - w4_q(wg, s) * np.float64(s)) ** 2)
+                if best is None or e < best[0]:
+                    best = (e, s)
+            scales[r, g] = best[1]
+            q[r, 32 * g:32 * g + 32] = w4_q(wg, best[1])
+    nib = q.astype(np.uint8) & 0xF
+    return (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8), scales, q
+
+
 def unpack_w4(packed: np.ndarray) -> np.ndarray:
     lo = (packed & 0xF).astype(np.int8)
     hi = (packed >> 4).astype(np.int8)
@@ -139,7 +171,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path} not built: cmake --build build --target bundle_probe (or set QHX_BIN)")
     out = tmp_path_factory.mktemp("bundle") / "probe.bin"
-    proc = run_tool("bundle_probe", [str(out), str(out.with_name("panels.bin"))], b"", timeout=60)
+    proc = run_tool("bundle_probe", [str(out), str(out.with_name("panels.bin")), str(out.with_name("w4free.bin"))], b"",
+                    timeout=60)
     assert proc.returncode == 0, stderr_text(proc)
     return out
 
@@ -258,6 +291,24 @@ def test_w4(tensors: dict[str, np.ndarray]) -> None:
     m = tensors["probe.w4.weight.scale"] / channel[:, None]  # LPBQ: integer multipliers in 1..16
     assert np.all(m == np.round(m)) and m.min() >= 1 and m.max() <= 16
     assert np.all(scale[:, 0::2] == scale[:, 1::2])  # one scale per block of 64
+
+
+def test_w4_free_scales(bundle: Path) -> None:
+    """A w4 matrix with free scales: each group's bf16 scale of least squared error, no channel scale."""
+    with safe_open(str(bundle.with_name("w4free.bin")), "np") as f:
+        assert f.metadata() == {"qhexrt_bundle": "1", "role": "probe", "weights": "w4", "w4_block": "32",
+                                "w4_scales": "free"}
+        t = {k: f.get_tensor(k) for k in f.keys()}
+    assert sorted(t) == ["probe.w4free.weight", "probe.w4free.weight.scale"]
+    w = w4_source()
+    packed, scale, q = expect_w4_free(w)
+    np.testing.assert_array_equal(t["probe.w4free.weight.scale"], scale)
+    np.testing.assert_array_equal(t["probe.w4free.weight"], packed)
+    assert np.all(bf16(scale) == scale)
+    # Never worse than the LPBQ scales of the same rows, group for group in sum.
+    _, lpbq_scale, lpbq_q, _ = expect_w4(w)
+    err = lambda qq, ss: np.sum((w.astype(np.float64) - qq * np.repeat(ss, 32, axis=1).astype(np.float64)) ** 2)
+    assert err(q, scale) <= err(lpbq_q, lpbq_scale)
 
 
 def test_w4_ties_nibble_order_and_zero_rows(tensors: dict[str, np.ndarray]) -> None:

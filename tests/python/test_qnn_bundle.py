@@ -67,7 +67,7 @@ def last_json(p: subprocess.CompletedProcess[bytes]) -> dict:
 def cpu_bundle(tmp_path_factory, cfg: str, weights: str) -> Path:
     """A CPU bundle of the checkpoint with the qnn bundle's options, with f32-activation manifests."""
     d = tmp_path_factory.mktemp(f"cpu_{cfg}_{weights}")
-    extra = ["--w4-block", W4_BLOCK[cfg]] if weights == "w4" else []
+    extra = ["--w4-scales", "lpbq", "--w4-block", W4_BLOCK[cfg]] if weights == "w4" else []
     p = subprocess.run([str(tool_path("qhx_export")), "--hf", str(cache_dir() / "reference" / cfg / "checkpoint"),
                         "--out", str(d), "--weights", weights, *extra, "--image-size", "256", "--prefill-chunk", "64",
                         "--context", "384", "-q"], capture_output=True, check=False)

@@ -39,10 +39,12 @@ HELD_OUT_SEED = 1
 HELD_OUT_IMAGES = 60
 MAX_NEW = 40
 PATHS = ("transformers fp32", "QHexRT f32", "QHexRT w8 int8-act", "QHexRT w8 f32-act", "QHexRT w4",
-         "QHexRT w4 f32-act", "QHexRT qnn-htp (emulation)", "QHexRT qnn-htp w4 (emulation)")
+         "QHexRT w4 f32-act", "QHexRT w4 lpbq", "QHexRT w4 lpbq f32-act", "QHexRT qnn-htp (emulation)",
+         "QHexRT qnn-htp w4 (emulation)")
 QNN = "QHexRT qnn-htp (emulation)"
 QNN_W4 = "QHexRT qnn-htp w4 (emulation)"
-CPU_TWIN = {QNN: "QHexRT w8 f32-act", QNN_W4: "QHexRT w4 f32-act"}  # the CPU path on the same weights
+# The CPU path on the same weights: the HTP takes 4 bits as LPBQ blocks (the CPU's w4 default is free scales).
+CPU_TWIN = {QNN: "QHexRT w8 f32-act", QNN_W4: "QHexRT w4 lpbq f32-act"}
 QNN_QUESTIONS = 2
 QNN_KINDS = ("count", "colour", "background")
 _answers: dict[str, list[str]] = {}  # path -> the answer to every held-out question (QNN: to its subset)
@@ -164,6 +166,9 @@ def answers(checkpoint, held_out, tmp_path_factory) -> dict[str, list[str]]:
     _answers["QHexRT w8 f32-act"] = qhexrt_answers(manifest(w8, "f32"), task_dir, len(rows))
     _answers["QHexRT w4"] = qhexrt_answers(manifest(w4), task_dir, len(rows))
     _answers["QHexRT w4 f32-act"] = qhexrt_answers(manifest(w4, "f32"), task_dir, len(rows))
+    w4l = export(checkpoint, b / "w4-lpbq", "--weights", "w4", "--w4-scales", "lpbq")
+    _answers["QHexRT w4 lpbq"] = qhexrt_answers(manifest(w4l), task_dir, len(rows))
+    _answers["QHexRT w4 lpbq f32-act"] = qhexrt_answers(manifest(w4l, "f32"), task_dir, len(rows))
     # The NPU path: the qnn-htp bundle (context binaries for HTP v79) run in QAIRT's x86-64
     # emulation, found where scripts/setup_qnn.sh puts the libraries.
     # The emulation runs about 9 s per token for this model (its 151,936 x 256 lm-head on the
@@ -205,7 +210,8 @@ def test_the_npu_path_answers_as_the_cpu_does_on_the_same_weights(answers, held_
     assert answers[path] == [answers[CPU_TWIN[path]][i] for i in picked]
 
 
-@pytest.mark.parametrize("path", ["QHexRT w8 int8-act", "QHexRT w8 f32-act", "QHexRT w4", "QHexRT w4 f32-act"])
+@pytest.mark.parametrize("path", ["QHexRT w8 int8-act", "QHexRT w8 f32-act", "QHexRT w4", "QHexRT w4 f32-act",
+                                  "QHexRT w4 lpbq", "QHexRT w4 lpbq f32-act"])
 def test_quantized_within_two_points_of_fp32(answers, held_out, path):
     _, rows = held_out
     ref, n = accuracy(answers["transformers fp32"], rows)

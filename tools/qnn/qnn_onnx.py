@@ -136,7 +136,11 @@ class Weights:
         for f in files:
             got = read_bundle_file(bundle / f, keep)
             # Files written before "w4_block" hold groups of 32 with a scale each.
-            block = int(read_bundle_metadata(bundle / f).get("w4_block", "32"))
+            meta = read_bundle_metadata(bundle / f)
+            if meta.get("w4_scales") == "free" and any(v.dtype == np.uint8 for v in got.values()):
+                sys.exit(f"{bundle / f}: its w4 matrices have free scales (qhx_export's CPU default); the HTP takes "
+                         "LPBQ blocks: export with --w4-scales lpbq (or --target qnn-htp)")
+            block = int(meta.get("w4_block", "32"))
             self.w4_block.update({k: block for k, v in got.items() if v.dtype == np.uint8})
             self.t.update(got)
 
