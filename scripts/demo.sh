@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The main job: image -> text with QHexRT, end to end.
 #
-#   bash scripts/demo.sh [CHECKPOINT]
+#   bash scripts/demo.sh [CHECKPOINT] [--weights w8|w4|f16|f32] [--activations int8|f16|f32]
 #
 # CHECKPOINT (or $QHX_MODEL) is a Hugging Face Qwen3-VL checkpoint directory, or a hub repo id
 # such as Qwen/Qwen3-VL-2B-Instruct when the machine is online. It is exported to a w8 bundle
-# (checked against its fp32 source by the export gate) and the bundle captions
-# assets/sample.png through the seed's command line.
+# (or --weights, --activations: qhx_export's) checked against its fp32 source by the export
+# gate, and the bundle captions assets/sample.png through the seed's command line. When the
+# gate refuses the bundle, nothing is published and the demo says by how much and which
+# command to run next (the export measured the alternatives). Bundles go to $QHX_CACHE/bundles
+# (or $QHX_DEMO_BUNDLES).
 #
 # With no checkpoint, the demo trains (once, cached in $QHX_CACHE/toy) a tiny Qwen3-VL on a
 # synthetic task of simple scenes (scripts/toy_task.py, scripts/toy_train.py: a few minutes on
@@ -31,7 +34,18 @@ bin=build-demo
 cmake --build "$bin" -j"$(nproc)" --target qhx_export qhx_generate >/dev/null
 echo "== set-up and build: $((SECONDS - t_start)) s"
 
-model="${1:-${QHX_MODEL:-}}"
+model="${QHX_MODEL:-}"
+weights=w8
+activations=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --weights) weights="${2:?--weights needs a value}"; shift 2 ;;
+    --activations) activations="${2:?--activations needs a value}"; shift 2 ;;
+    -*) echo "demo: unknown option $1 (usage: bash scripts/demo.sh [CHECKPOINT] [--weights W] [--activations A])" >&2
+        exit 2 ;;
+    *) model="$1"; shift ;;
+  esac
+done
 if [ -n "$model" ] && [ ! -d "$model" ]; then
   echo "== downloading $model from the Hugging Face hub"
   model="$("$QHX_PY" -c 'import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))' "$model")"
@@ -70,8 +84,29 @@ for line in open(sys.argv[1]):
   exit 0
 fi
 
-bundle="$QHX_CACHE/bundles/$(basename "$model")-w8"
-echo "== export $model -> $bundle (w8), with the export gate"
-"$bin/bin/qhx_export" --hf "$model" --out "$bundle" --weights w8 --verify --quiet
+bundle="${QHX_DEMO_BUNDLES:-$QHX_CACHE/bundles}/$(basename "$model")-$weights${activations:+-$activations}"
+echo "== export $model -> $bundle ($weights${activations:+, $activations activations}), with the export gate"
+gate_log="$(mktemp)"
+trap 'rm -f "$gate_log"' EXIT
+status=0
+"$bin/bin/qhx_export" --hf "$model" --out "$bundle" --weights "$weights" ${activations:+--activations "$activations"} \
+  --verify --quiet 2>"$gate_log" || status=$?
+cat "$gate_log" >&2
+if [ "$status" != 0 ]; then
+  grep -q "fails the export gate" "$gate_log" || exit 1  # another error: qhx_export said what
+  # The gate measured the same weights with f32 activations; else more bits are what is left.
+  if grep -q -- "--activations f32 give .*: they pass" "$gate_log"; then
+    next="--weights $weights --activations f32"
+  elif [ "$weights" = w4 ]; then
+    next="--weights w8"
+  elif [ "$weights" != f32 ] && [ "$weights" != f16 ]; then
+    next="--weights f16"
+  else
+    next="--weights f32"
+  fi
+  echo "== the export gate refused the $weights bundle (figures above): nothing was published."
+  echo "   next: bash scripts/demo.sh $model $next"
+  exit 1
+fi
 echo "== caption assets/sample.png (the seed's command line, CPU backend)"
 "$bin/bin/qhx_generate" "$(vlm_manifest "$bundle" 512)" cpu - "$bundle" 32 'Describe this image.' assets/sample.png

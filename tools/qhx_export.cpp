@@ -1,8 +1,10 @@
 // qhx_export — a Hugging Face Qwen3-VL checkpoint -> a QHexRT bundle (docs/bundle.md).
 //
-//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--w4-block 64|32] [--lm-head w8|w4]
+//   qhx_export --hf DIR --out BUNDLE [--weights w8|w4|f16|f32] [--w4-scales free|lpbq] [--w4-block 64|32|128]
+//              [--lm-head w8|w4]
 //              [--image-size 512]
-//              [--prefill-chunk 320] [--context N] [--target cpu|qnn-htp] [--soc SM8750] [--verify]
+//              [--prefill-chunk 320] [--context N] [--target cpu|qnn-htp] [--soc SM8750]
+//              [--activations int8|f16|f32] [--verify [--keep-failed]]
 //   qhx_export --check BUNDLE     (its files against its checksums.json; exit 0 when all match)
 #include "cli/cli.hpp"
 
@@ -50,7 +52,7 @@ int check_bundle(const std::string& dir) {
 int main(int argc, char** argv) {
   qhx_cli::App app{"Export a Hugging Face Qwen3-VL checkpoint to a QHexRT bundle"};
   qhx::ExportOptions o;
-  bool verify = false, quiet = false;
+  bool quiet = false;
   std::string hf, out, check;
   auto* hf_opt = app.add_option("--hf", hf, "Hugging Face checkpoint directory");
   auto* out_opt = app.add_option("--out", out, "bundle directory to write (replaced whole, atomically)");
@@ -63,8 +65,12 @@ int main(int argc, char** argv) {
   app.add_option("--weights", o.weights,
                  "weight format: w8 (int8 per channel), w4 (int4, low-power block quantization), f16, f32")
       ->check(qhx_cli::IsMember({"w8", "w4", "f16", "f32"}));
+  app.add_option("--w4-scales", o.w4_scales,
+                 "how w4 scales are chosen: free (a bf16 scale per 32 columns, least squares; the default for "
+                 "--target cpu) or lpbq (low-power block quantization, what the HTP takes; the qnn-htp default)")
+      ->check(qhx_cli::IsMember({"free", "lpbq"}));
   app.add_option("--w4-block", o.w4_block,
-                 "columns per w4 block: 64 (the default), 32 or 128 (fewer scale bytes on the HTP)")
+                 "with --w4-scales lpbq: columns per block, 64 (the default), 32 or 128 (fewer scale bytes on the HTP)")
       ->check(qhx_cli::IsMember({"32", "64", "128"}));
   app.add_option("--w4-keep-w8", o.w4_keep_w8,
                  "w4: the decoder matrix kinds kept in w8: auto (the default: those whose measured w4 error is over "
@@ -105,7 +111,15 @@ int main(int argc, char** argv) {
                  "the text decoder's KV cache: f32, f16 (the default in w8 and w4 bundles) or i8 (int8 with a scale "
                  "per token and head: about half of f16's bytes, for long contexts)")
       ->check(qhx_cli::IsMember({"f32", "f16", "i8"}));
-  app.add_flag("--verify", verify, "run the bundle against the fp32 source; fail if they disagree");
+  app.add_option("--activations", o.activations,
+                 "the CPU's activation precision in matrix products: int8 (w8 and w4: rows quantized at run time, "
+                 "the default there), f16 (rounded to fp16, as the NPU holds them) or f32 (the default of f16 and f32 "
+                 "bundles)")
+      ->check(qhx_cli::IsMember({"int8", "f16", "f32"}));
+  app.add_flag("--verify", o.verify,
+                                  "the export gate: run the staged bundle against the fp32 source and publish it "
+                                  "only if they agree (docs/bundle.md, \"The export gate\")");
+  app.add_flag("--keep-failed", o.keep_failed, "with --verify: keep a bundle that fails the gate at OUT.failed");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   QHX_CLI_PARSE(app, argc, argv);
   if (!check.empty()) return check_bundle(check);
@@ -118,26 +132,37 @@ int main(int argc, char** argv) {
   };
   try {
     const qhx::ExportSummary s = qhx::export_bundle(o);
-    std::uint64_t total = 0;
-    std::printf("bundle %s (%s%s) written in %.1f s:\n", s.out_dir.c_str(), o.weights.c_str(),
-                o.target == "qnn-htp" ? (", qnn-htp " + o.soc).c_str() : "", s.seconds);
-    for (const auto& [name, bytes] : s.files) {
-      std::printf("  %-32s %12.3f MB\n", name.c_str(), static_cast<double>(bytes) / 1e6);
-      total += bytes;
+    if (s.published || !s.kept_at.empty()) {
+      std::uint64_t total = 0;
+      std::printf("bundle %s (%s%s) %s in %.1f s:\n", (s.published ? s.out_dir : s.kept_at).c_str(),
+                  o.weights.c_str(), o.target == "qnn-htp" ? (", qnn-htp " + o.soc).c_str() : "",
+                  s.published ? "written" : "failing the gate, kept aside", s.seconds);
+      for (const auto& [name, bytes] : s.files) {
+        std::printf("  %-32s %12.3f MB\n", name.c_str(), static_cast<double>(bytes) / 1e6);
+        total += bytes;
+      }
+      std::printf("  %-32s %12.3f MB\n", "total", static_cast<double>(total) / 1e6);
     }
-    std::printf("  %-32s %12.3f MB\n", "total", static_cast<double>(total) / 1e6);
     for (const auto& note : s.notes) std::printf("%s\n", note.c_str());
     if (s.smoothed_channels > 0)
       std::printf("outlier smoothing: %zu channel(s) of the text decoder folded into the weights\n",
                   s.smoothed_channels);
-    if (verify) {
-      const qhx::VerifyReport r = qhx::verify_bundle(s, o);
+    if (s.gate) {
+      const qhx::VerifyReport& r = *s.gate;
       for (const auto& c : r.cases)
         std::printf(
-            "verify %-5s: greedy first token %d (fp32 source %d), logits cosine %.6f (bound %.5f), max abs %.3e\n",
-            c.name.c_str(), c.bundle_token, c.source_token, c.cosine, r.cosine_bound, c.max_abs);
+            "verify %-5s: greedy first token %d (fp32 source %d), logits cosine %.6f (bound %.5f), KLD %.6f "
+            "(bound %g), max abs %.3e\n",
+            c.name.c_str(), c.bundle_token, c.source_token, c.cosine, r.cosine_bound, c.kl_divergence, r.kld_bound,
+            c.max_abs);
       if (!r.passed) {
-        std::fprintf(stderr, "qhx_export: error: the bundle fails the export gate (see above)\n");
+        std::fprintf(stderr, "qhx_export: error: the bundle fails the export gate (see above): %s\n",
+                     s.kept_at.empty()
+                         ? ("nothing was published, " + s.out_dir.string() + " is as it was before the export").c_str()
+                         : ("not published (" + s.out_dir.string() + " is as it was); it is kept at " +
+                            s.kept_at.string())
+                               .c_str());
+        for (const auto& a : r.advice) std::fprintf(stderr, "qhx_export:   %s\n", a.c_str());
         return 1;
       }
       std::printf("verify: passed\n");

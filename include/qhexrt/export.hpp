@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,9 +22,14 @@ struct ExportOptions {
   std::filesystem::path out_dir;
   std::string weights = "w8";  // w8 | w4 | f16 | f32
   std::string lm_head;         // "" (w8 in w8 and w4 bundles, else `weights`) | w8 | w4 (quantized bundles only)
-  // Columns per block of a w4 matrix (docs/bundle.md, "w4"): 64, 32 or 128. A CPU bundle stores a
-  // matrix whose input features are not a multiple of it as w8; a qnn-htp export refuses it.
-  std::int64_t w4_block = 64;
+  // How w4 scales are chosen (docs/bundle.md, "w4"): "" (free for --target cpu, lpbq for
+  // qnn-htp), "free" (a bf16 scale per group of 32 columns, least squares: the CPU's best) or
+  // "lpbq" (low-power block quantization, what the HTP takes).
+  std::string w4_scales;
+  // Columns per LPBQ block: 64 (0: the default), 32 or 128; free scales take groups of 32. A CPU
+  // bundle stores a matrix whose input features are not a multiple of it as w8; a qnn-htp
+  // export refuses it.
+  std::int64_t w4_block = 0;
   // The text decoder's matrix kinds a w4 bundle keeps in w8: "auto" (those whose measured
   // w4 error is over 1.5x the median kind's; the export prints the measurement), "none", or
   // a comma list (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
@@ -54,9 +60,41 @@ struct ExportOptions {
   // The text decoder's KV cache (docs/manifest.md, "kv_cache"): "" (f16 in w8 and w4
   // bundles, f32 in f32 and f16 ones), "f32", "f16" or "i8" (int8 rows with a scale each).
   std::string kv_cache;
+  // The CPU's activation precision where matrices are multiplied, written into the manifests
+  // (docs/manifest.md, "activations"): "" (int8 in w8 and w4 bundles, else f32), "int8" (w8
+  // and w4 only: rows quantized at run time, integer products), "f16" (activations rounded to
+  // fp16, as the NPU holds them, then f32 arithmetic) or "f32". A qnn-htp bundle computes in fp16.
+  std::string activations;
+  // The export gate (verify_bundle below) on the staged bundle before it is published: a
+  // bundle that fails it never replaces what OUT held. With keep_failed it is kept at
+  // "<OUT>.failed" (replaced whole) for a look; else it is removed.
+  bool verify = false;
+  bool keep_failed = false;
   // Polled while the export runs (once per matrix row); returning true stops it with an
   // error, nothing published (qhx_export: on SIGINT or SIGTERM).
   std::function<bool()> cancelled;
+};
+
+// --- the export gate --------------------------------------------------------
+// The export gate: runs a freshly exported bundle and its fp32 source side by
+// side on a text prompt and an image prompt, and compares the logits that
+// choose the first generated token.
+
+struct VerifyCase {
+  std::string name;  // "text", "image"
+  double cosine = 0;
+  double max_abs = 0;
+  double kl_divergence = 0;  // KL(source || bundle) of the two softmax distributions, in nats
+  std::int32_t bundle_token = -1, source_token = -1;
+};
+
+struct VerifyReport {
+  std::vector<VerifyCase> cases;
+  double cosine_bound = 0;  // the format's bounds (gate_bounds)
+  double kld_bound = 0;
+  bool passed = false;  // every case: same greedy first token, cosine >= and KLD <= the bounds
+  // When it failed: what to try instead, one line each (other activations, other weights).
+  std::vector<std::string> advice;
 };
 
 struct ExportSummary {
@@ -66,6 +104,12 @@ struct ExportSummary {
   std::filesystem::path out_dir;      // where the bundle is: out_dir made absolute, a symbolic link followed
   std::filesystem::path vlm_manifest, text_manifest;
   std::vector<std::string> notes;  // lines for the user (qhx_export prints them), e.g. a qnn-htp bundle's device memory
+  // With ExportOptions::verify: the gate's report. When it failed, published is false,
+  // out_dir is as it was before the export and the manifests named here are at kept_at (with
+  // keep_failed) or gone.
+  std::optional<VerifyReport> gate;
+  bool published = true;
+  std::filesystem::path kept_at;
 };
 
 // Writes the bundle beside out_dir and publishes it in one rename (docs/bundle.md, "How a
@@ -92,27 +136,14 @@ struct BundleCheck {
 // has_checksums false and one problem saying so. Throws only when out of memory.
 BundleCheck check_bundle(const std::filesystem::path& dir);
 
-// --- the export gate --------------------------------------------------------
-// The export gate: runs a freshly exported bundle and its fp32 source side by
-// side on a text prompt and an image prompt, and compares the logits that
-// choose the first generated token.
-
-struct VerifyCase {
-  std::string name;  // "text", "image"
-  double cosine = 0;
-  double max_abs = 0;
-  std::int32_t bundle_token = -1, source_token = -1;
+// The bounds a format must meet (docs/bundle.md, "The export gate", says why each is what it is).
+struct GateBounds {
+  double cosine = 0, kld = 0;
 };
+GateBounds gate_bounds(const std::string& weights);
 
-struct VerifyReport {
-  std::vector<VerifyCase> cases;
-  double cosine_bound = 0;  // the format's bound
-  bool passed = false;      // every case: same greedy first token and cosine >= bound
-};
-
-// The cosine bound a format must meet: w8 0.999, w4 0.99, f16 0.9999, f32 0.99999.
-double cosine_bound(const std::string& weights);
-
+// Runs the bundle whose manifests `bundle` names against options.hf_dir (export_bundle calls it
+// on the staged bundle when options.verify is set).
 VerifyReport verify_bundle(const ExportSummary& bundle, const ExportOptions& options);
 
 }  // namespace qhx

@@ -143,6 +143,28 @@ void check_cancelled(const ExportOptions& o) {
 
 ExportSummary export_qnn_bundle(const ExportOptions& o);  // export_qnn.cpp
 
+W4Plan w4_plan(const ExportOptions& o) {
+  W4Plan p;
+  if (o.w4_scales.empty()) {
+    p.scales = o.target == "qnn-htp" ? W4Scales::Lpbq : W4Scales::Free;
+  } else {
+    const auto s = parse_w4_scales(o.w4_scales);
+    if (!s) fail("--w4-scales must be free or lpbq, got \"", o.w4_scales, "\"");
+    if (*s == W4Scales::Free && o.target == "qnn-htp")
+      fail("--w4-scales free is for --target cpu: the HTP takes 4-bit weights as LPBQ blocks (docs/qnn.md)");
+    p.scales = *s;
+  }
+  if (p.scales == W4Scales::Free) {
+    if (o.w4_block != 0 && o.w4_block != kW4Group)
+      fail("--w4-block ", o.w4_block, " is for --w4-scales lpbq: free scales take groups of 32 columns");
+    p.block = kW4Group;
+  } else {
+    p.block = o.w4_block != 0 ? o.w4_block : kW4Block;
+    check_w4_block(p.block);
+  }
+  return p;
+}
+
 void check_cpu_export(const ExportOptions& o) {
   const auto format = parse_weight_format(o.weights);
   if (!format) fail("--weights must be w8, w4, f16 or f32, got \"", o.weights, "\"");
@@ -154,7 +176,11 @@ void check_cpu_export(const ExportOptions& o) {
   if (!o.kv_cache.empty() && o.kv_cache != "f32" && o.kv_cache != "f16" && o.kv_cache != "i8")
     fail("--kv-cache must be f32, f16 or i8, got \"", o.kv_cache, "\"");
   const bool quantized = *format == WeightFormat::W8 || *format == WeightFormat::W4;
-  check_w4_block(o.w4_block);
+  if (!o.activations.empty() && o.activations != "int8" && o.activations != "f16" && o.activations != "f32")
+    fail("--activations must be int8, f16 or f32, got \"", o.activations, "\"");
+  if (o.activations == "int8" && !quantized)
+    fail("--activations int8 is for w8 and w4 bundles: ", o.weights, " matrices compute in floating point");
+  w4_plan(o);
   if (o.w4_keep_w8 != "auto" && *format != WeightFormat::W4)
     fail("--w4-keep-w8 is for --weights w4 (got --weights ", o.weights, ")");
   if (!o.lm_head.empty() && (!quantized || (o.lm_head != "w8" && o.lm_head != "w4")))
@@ -185,6 +211,7 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   files.context = o.context;
   files.prefill_chunk = o.prefill_chunk;
   files.kv_cache = o.kv_cache;
+  files.activations = o.activations;
   const std::string embed_name = "model.language_model.embed_tokens.weight";
   const TensorView& embed = ck.get(embed_name);
   const TensorView& head = ck.find("lm_head.weight") != nullptr ? ck.get("lm_head.weight") : embed;  // tied
@@ -193,10 +220,14 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
 
   Progress progress(group_bytes(ck, "model.") + head.nbytes, o);
   const bool panels = o.layout == "panels";  // w8 matrices of the graphs that repack them (not tables)
+  const W4Plan w4 = w4_plan(o);
   const auto meta = [&](const std::string& role) {
     std::map<std::string, std::string> m{
         {"role", role}, {"weights", o.weights}, {"source", o.hf_dir.filename().string()}};
-    if (o.weights == "w4" || o.lm_head == "w4") m["w4_block"] = std::to_string(o.w4_block);
+    if (o.weights == "w4" || o.lm_head == "w4") {
+      m["w4_block"] = std::to_string(w4.block);
+      m["w4_scales"] = std::string(w4_scales_name(w4.scales));
+    }
     return m;
   };
   const auto write = [&](const std::string& file, const std::string& role, auto&& fill) {
@@ -225,7 +256,7 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   out.smoothed_channels = smoothing.channels;
   std::set<std::string> w8_kinds;
   if (format == WeightFormat::W4) {
-    const W4KeepRule rule = measure_w4_keep(ck, cfg.text.num_hidden_layers, o.w4_block,
+    const W4KeepRule rule = measure_w4_keep(ck, cfg.text.num_hidden_layers, w4.block, w4.scales,
                                             smoothing.empty() ? nullptr : &smoothing, o.w4_keep_w8);
     w8_kinds = rule.kept();
     out.notes.push_back(rule.summary());
@@ -270,23 +301,61 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
   return out;
 }
 
+namespace {
+
+ExportSummary summary_of(const std::filesystem::path& dir, const std::string& vlm_manifest,
+                         const std::string& text_manifest) {
+  ExportSummary s;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) s.files.emplace_back(e.path().lexically_relative(dir).generic_string(), e.file_size());
+  std::sort(s.files.begin(), s.files.end());
+  s.out_dir = dir;
+  s.vlm_manifest = dir / vlm_manifest;
+  s.text_manifest = dir / text_manifest;
+  return s;
+}
+
+}  // namespace
+
 ExportSummary published_summary(const StagedBundle& stage, const std::string& vlm_manifest,
                                 const std::string& text_manifest) {
-  ExportSummary s;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(stage.out()))
-    if (e.is_regular_file())
-      s.files.emplace_back(e.path().lexically_relative(stage.out()).generic_string(), e.file_size());
-  std::sort(s.files.begin(), s.files.end());
-  s.out_dir = stage.out();
-  s.vlm_manifest = stage.out() / vlm_manifest;
-  s.text_manifest = stage.out() / text_manifest;
+  return summary_of(stage.out(), vlm_manifest, text_manifest);
+}
+
+ExportSummary gate_and_publish(StagedBundle& stage, const ExportOptions& o, const std::string& vlm_manifest,
+                               const std::string& text_manifest) {
+  std::optional<VerifyReport> gate;
+  if (o.verify) {
+    gate = verify_bundle(summary_of(stage.dir(), vlm_manifest, text_manifest), o);
+    check_cancelled(o);
+  }
+  if (gate && !gate->passed) {
+    ExportSummary s;
+    if (o.keep_failed) {
+      std::filesystem::path at = stage.out();
+      at += ".failed";
+      at = stage.publish_aside(at, o.hf_dir, !export_no_exchange());
+      s = summary_of(at, vlm_manifest, text_manifest);
+      s.kept_at = at;
+    }
+    s.out_dir = stage.out();
+    s.published = false;
+    s.gate = std::move(gate);
+    return s;  // the staging folder, unless kept, is removed with `stage`
+  }
+  stage.publish(!export_no_exchange());
+  ExportSummary s = published_summary(stage, vlm_manifest, text_manifest);
+  s.gate = std::move(gate);
   return s;
 }
 
 ExportSummary export_bundle(const ExportOptions& o) {
+  if (o.keep_failed && !o.verify) fail("--keep-failed keeps a bundle the export gate refused: it needs --verify");
   if (o.target == "qnn-htp") {
     if (!o.kv_cache.empty())
       fail("--kv-cache is for --target cpu: the qnn-htp graphs take their KV cache in fp16, in place (docs/qnn.md)");
+    if (!o.activations.empty() && o.activations != "f16")
+      fail("--activations ", o.activations, " is for --target cpu: the qnn-htp graphs compute in fp16 (docs/qnn.md)");
     return export_qnn_bundle(o);
   }
   if (o.target != "cpu") fail("--target must be cpu or qnn-htp, got \"", o.target, "\"");
@@ -297,8 +366,7 @@ ExportSummary export_bundle(const ExportOptions& o) {
     const WrittenFiles w = write_cpu_bundle(o, stage.dir());
     for (const auto& [name, d] : w.digests) stage.record(name, d);
     check_cancelled(o);
-    stage.publish(!export_no_exchange());
-    ExportSummary s = published_summary(stage, w.vlm_manifest, w.text_manifest);
+    ExportSummary s = gate_and_publish(stage, o, w.vlm_manifest, w.text_manifest);
     s.smoothed_channels = w.smoothed_channels;
     s.notes = w.notes;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -111,7 +111,7 @@ nlohmann::json read_json(const fs::path& p) {
 // A 4-bit HTP bundle has every matrix but the lm-head in 4 bits: a matrix whose input
 // features are not a multiple of the block, which a CPU bundle would keep in w8, is
 // refused here, before any work, rather than silently costing the NPU bytes.
-void check_w4_blocks(const ExportOptions& o, const Qwen3VLConfig& cfg) {
+void check_w4_blocks(std::int64_t block, const Qwen3VLConfig& cfg) {
   const auto& t = cfg.text;
   const auto& v = cfg.vision;
   const std::int64_t merged = v.hidden_size * v.spatial_merge_size * v.spatial_merge_size;
@@ -123,10 +123,10 @@ void check_w4_blocks(const ExportOptions& o, const Qwen3VLConfig& cfg) {
       {"the vision blocks' linear_fc2 (vision intermediate_size)", v.intermediate_size},
       {"the patch mergers (vision hidden_size x spatial_merge_size^2)", merged}};
   for (const auto& [what, k] : inputs)
-    if (k % o.w4_block != 0)
+    if (k % block != 0)
       fail("--target qnn-htp --weights w4: ", what, " take K = ", k,
-           " input features, not a multiple of the w4 block (", o.w4_block, " columns)",
-           k % 32 == 0 && o.w4_block != 32 ? "; use --w4-block 32" : "; use --weights w8");
+           " input features, not a multiple of the w4 block (", block, " columns)",
+           k % 32 == 0 && block != 32 ? "; use --w4-block 32" : "; use --weights w8");
 }
 
 npu::Blocks blocks_of(const ExportOptions& o, std::int64_t short_chunk) {
@@ -165,9 +165,9 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
         "w4, not ",
         o.weights);
   if (!o.lm_head.empty() && o.lm_head != "w8") fail("--target qnn-htp: the lm-head is int8 (--lm-head w8)");
-  check_w4_block(o.w4_block);
+  const W4Plan w4 = w4_plan(o);
   const Qwen3VLConfig cfg = load_qwen3vl_config(o.hf_dir / "config.json");
-  if (o.weights == "w4") check_w4_blocks(o, cfg);
+  if (o.weights == "w4") check_w4_blocks(w4.block, cfg);
   if (std::find(qnn_socs().begin(), qnn_socs().end(), o.soc) == qnn_socs().end())
     fail("--soc must be SM8650 (HTP v75), SM8750 (v79) or SM8850 (v81), got \"", o.soc, "\"");
   const std::int64_t short_chunk =
@@ -187,6 +187,9 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     ExportOptions cpu = o;
     cpu.target = "cpu";
     cpu.lm_head = "w8";
+    cpu.activations.clear();  // the generator reads the weights; the HTP computes in fp16
+    cpu.w4_scales = "lpbq";   // the HTP's 4-bit scheme, in the CPU bundle the binaries are made from
+    cpu.w4_block = w4.block;
     check_cpu_export(cpu);
     const HfDirPlan hf = hf_dir_plan(o.hf_dir);
     StagedBundle stage(o.out_dir, o.hf_dir);
@@ -243,8 +246,7 @@ ExportSummary export_qnn_bundle(const ExportOptions& o) {
     stage.record(vlm, write_manifest(dir / vlm, qnn_vlm_manifest(files, hf, desc)));
     stage.record(text, write_manifest(dir / text, qnn_text_manifest(files, hf, desc)));
     check_cancelled(o);
-    stage.publish(!export_no_exchange());
-    ExportSummary s = published_summary(stage, vlm, text);
+    ExportSummary s = gate_and_publish(stage, o, vlm, text);
     s.notes = cpu_files.notes;
     s.notes.push_back(cat("device memory per decoder context (the largest of ", parts,
                           "): ", static_cast<std::int64_t>(mem.total() / 1e6), " MB of the ~",

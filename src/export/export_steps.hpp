@@ -9,6 +9,7 @@
 
 #include "common/file_digest.hpp"
 #include "common/test_hooks.hpp"
+#include "formats/quantize.hpp"
 #include "export/bundle_manifests.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/export.hpp"
@@ -35,6 +36,14 @@ struct WrittenFiles {
   std::vector<std::string> notes;             // for ExportSummary::notes (the w4 keep rule's measurement)
 };
 
+// The w4 scheme an export writes: ExportOptions::w4_scales resolved by target, and its block
+// (free scales: groups of 32; LPBQ: w4_block, 64 by default). Throws on a bad combination.
+struct W4Plan {
+  W4Scales scales = W4Scales::Free;
+  std::int64_t block = kW4Group;
+};
+W4Plan w4_plan(const ExportOptions& o);
+
 // Stops the export with an error when ExportOptions::cancelled says so.
 void check_cancelled(const ExportOptions& o);
 
@@ -48,6 +57,12 @@ WrittenFiles write_cpu_bundle(const ExportOptions& o, const std::filesystem::pat
 // The summary of a bundle just published by `stage`.
 ExportSummary published_summary(const StagedBundle& stage, const std::string& vlm_manifest,
                                 const std::string& text_manifest);
+
+// Publishes `stage`, first through the export gate when o.verify asks: a bundle that fails it
+// is not published (kept at "<OUT>.failed" with o.keep_failed, else removed); the summary
+// says which, with the gate's report.
+ExportSummary gate_and_publish(StagedBundle& stage, const ExportOptions& o, const std::string& vlm_manifest,
+                               const std::string& text_manifest);
 
 // Runs `f`, adding to an error that OUT was left alone: an export that fails publishes nothing.
 template <typename F>

@@ -75,7 +75,15 @@ StagedBundle::~StagedBundle() {
 
 void StagedBundle::record(const std::string& name, const FileDigest& digest) { recorded_[name] = digest; }
 
-void StagedBundle::publish(bool exchange) {
+void StagedBundle::publish(bool exchange) { publish_to(out_, exchange); }
+
+fs::path StagedBundle::publish_aside(const fs::path& at, const fs::path& source, bool exchange) {
+  const fs::path target = checked_out_dir(at, source);
+  publish_to(target, exchange);
+  return target;
+}
+
+void StagedBundle::publish_to(const fs::path& out, bool exchange) {
   export_point("written");
   // Every file, recorded or not (the QNN generator's are read here once), and every folder
   // to sync, deepest last in the list.
@@ -98,34 +106,34 @@ void StagedBundle::publish(bool exchange) {
   export_point("publish");
 
   struct stat st;
-  const bool replacing = ::lstat(out_.c_str(), &st) == 0;
+  const bool replacing = ::lstat(out.c_str(), &st) == 0;
   fs::path old;  // where the previous bundle is once the new one is in place
   if (!replacing) {
-    if (::rename(dir_.c_str(), out_.c_str()) != 0) rename_fail(dir_, out_, errno);
+    if (::rename(dir_.c_str(), out.c_str()) != 0) rename_fail(dir_, out, errno);
   } else {
     ::chmod(dir_.c_str(), st.st_mode & 07777);  // the folder keeps its permissions
-    if (exchange && ::renameat2(AT_FDCWD, dir_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) == 0) {
+    if (exchange && ::renameat2(AT_FDCWD, dir_.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
       old = dir_;
     } else if (!exchange || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
       // Two renames: between them OUT is missing, its bundle at `old`; the next export of
       // OUT puts it back if this process dies there, and the loader names it.
-      old = sibling_path(out_, SiblingKind::Backup, static_cast<long>(::getpid()), tag_);
-      if (::rename(out_.c_str(), old.c_str()) != 0) rename_fail(out_, old, errno);
+      old = sibling_path(out, SiblingKind::Backup, static_cast<long>(::getpid()), tag_);
+      if (::rename(out.c_str(), old.c_str()) != 0) rename_fail(out, old, errno);
       export_point("moved-aside");
-      if (::rename(dir_.c_str(), out_.c_str()) != 0) {
+      if (::rename(dir_.c_str(), out.c_str()) != 0) {
         const int err = errno;
-        ::rename(old.c_str(), out_.c_str());
-        rename_fail(dir_, out_, err);
+        ::rename(old.c_str(), out.c_str());
+        rename_fail(dir_, out, err);
       }
     } else {
-      fail("cannot swap ", dir_.string(), " with ", out_.string(), ": ", std::strerror(errno));
+      fail("cannot swap ", dir_.string(), " with ", out.string(), ": ", std::strerror(errno));
     }
   }
   published_ = true;
   // The bundle is in place: what follows is best effort, and a kill here leaves the previous
   // bundle under a staging or backup name, which the next export of OUT removes.
   try {
-    sync_dir(out_.parent_path());
+    sync_dir(out.parent_path());
   } catch (const Error&) {}
   export_point("swapped");
   std::error_code ignored;

@@ -34,8 +34,15 @@ class StagedBundle {
   // to out(), the previous bundle removed. `exchange` false: as where the file system cannot
   // swap two folders (RENAME_EXCHANGE), for the tests.
   void publish(bool exchange = true);
+  // As publish(), to `at` instead of out() (a bundle kept aside: the export gate's failures);
+  // `at` is checked as OUT is (out_dir.hpp) and must be on out()'s file system. Returns `at`
+  // as checked.
+  std::filesystem::path publish_aside(const std::filesystem::path& at, const std::filesystem::path& source,
+                                      bool exchange = true);
 
  private:
+  void publish_to(const std::filesystem::path& target, bool exchange);
+
   std::filesystem::path out_, dir_;
   std::string tag_;
   std::map<std::string, FileDigest> recorded_;

@@ -1,11 +1,15 @@
 #include "qhexrt/export.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "export/bundle_manifests.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "runtime/manifest.hpp"
@@ -13,8 +17,10 @@
 namespace qhx {
 namespace {
 
+namespace fs = std::filesystem;
+
 // A deterministic 512x512 test picture as binary PPM (which the image loader reads).
-std::filesystem::path write_test_image(const std::filesystem::path& dir, std::int64_t size) {
+fs::path write_test_image(const fs::path& dir, std::int64_t size) {
   const auto n = static_cast<int>(size);
   const auto path = dir / "verify_image.ppm";
   std::ofstream f(path, std::ios::binary);
@@ -31,66 +37,166 @@ std::filesystem::path write_test_image(const std::filesystem::path& dir, std::in
   return path;
 }
 
-VerifyCase compare(const std::string& name, Pipeline& bundle, Pipeline& source, GenerationRequest req) {
+// KL(p || q) of softmax(a) and softmax(b) (p the source's), in nats, in double.
+double kl_divergence(const float* p_logits, const float* q_logits, std::size_t n) {
+  const double pm = *std::max_element(p_logits, p_logits + n), qm = *std::max_element(q_logits, q_logits + n);
+  double ps = 0, qs = 0;
+  for (std::size_t i = 0; i < n; ++i) ps += std::exp(p_logits[i] - pm), qs += std::exp(q_logits[i] - qm);
+  const double plog = std::log(ps), qlog = std::log(qs);
+  double kl = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double lp = p_logits[i] - pm - plog, lq = q_logits[i] - qm - qlog;
+    kl += std::exp(lp) * (lp - lq);
+  }
+  return std::max(kl, 0.0);
+}
+
+// The bundle and the source on one request: the cosine and largest difference of the logits
+// that choose the first token, and the mean KL divergence over every prompt position
+// (`all_rows`; else of the first token's logits alone).
+VerifyCase compare(const std::string& name, Pipeline& bundle, Pipeline& source, GenerationRequest req,
+                   bool all_rows) {
   req.max_new_tokens = 1;
   req.sampling = SamplingParams{};
   req.sampling->greedy = true;
-  req.keep_step_logits = true;
+  req.keep_prompt_logits = all_rows;
+  req.keep_step_logits = !all_rows;
   const GenerationResult a = bundle.generate(req);
   const GenerationResult b = source.generate(req);
-  if (a.step_logits.size() != b.step_logits.size())
-    fail("verify: the bundle and the source disagree on the vocabulary");
-  double dot = 0, na = 0, nb = 0, max_abs = 0;
-  for (std::size_t i = 0; i < a.step_logits.size(); ++i) {
-    const double x = a.step_logits[i], y = b.step_logits[i];
-    dot += x * y, na += x * x, nb += y * y;
-    max_abs = std::max(max_abs, std::abs(x - y));
+  const std::vector<float>& la = all_rows ? a.prompt_logits : a.step_logits;
+  const std::vector<float>& lb = all_rows ? b.prompt_logits : b.step_logits;
+  if (a.vocab != b.vocab || la.size() != lb.size() || a.vocab <= 0 || la.empty())
+    fail("verify: the bundle and the source disagree on the vocabulary or the prompt");
+  const auto vocab = static_cast<std::size_t>(a.vocab);
+  const std::size_t rows = la.size() / vocab;
+  VerifyCase c{.name = name, .bundle_token = a.tokens.at(0), .source_token = b.tokens.at(0)};
+  const float* x = la.data() + (rows - 1) * vocab;
+  const float* y = lb.data() + (rows - 1) * vocab;
+  double dot = 0, na = 0, nb = 0;
+  for (std::size_t i = 0; i < vocab; ++i) {
+    dot += static_cast<double>(x[i]) * y[i], na += static_cast<double>(x[i]) * x[i];
+    nb += static_cast<double>(y[i]) * y[i];
+    c.max_abs = std::max(c.max_abs, static_cast<double>(std::abs(x[i] - y[i])));
   }
-  return {name, dot / std::sqrt(na * nb), max_abs, a.tokens.at(0), b.tokens.at(0)};
+  c.cosine = dot / std::sqrt(na * nb);
+  for (std::size_t r = 0; r < rows; ++r) c.kl_divergence += kl_divergence(lb.data() + r * vocab, la.data() + r * vocab, vocab);
+  c.kl_divergence /= static_cast<double>(rows);
+  return c;
+}
+
+// A folder outside the bundle for the test picture: a kill meanwhile leaves no stray file in it.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "qhx_verify_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) fail("verify: cannot create a folder in ", tmpl, ": ", std::strerror(errno));
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// The gate's two prompts on manifests `text` and `vlm`. Every prompt position is compared on
+// the CPU; a qnn-htp bundle's lm-head, seconds a row in emulation, only at the last.
+std::vector<VerifyCase> run_cases(const fs::path& text_manifest, const fs::path& vlm_manifest, Pipeline& source,
+                                  const ExportOptions& o) {
+  const bool all_rows = o.target != "qnn-htp";
+  std::vector<VerifyCase> cases;
+  {
+    Pipeline text = Pipeline::open(text_manifest);
+    GenerationRequest req;
+    req.prompt = "What is the capital of France?";
+    cases.push_back(compare("text", text, source, req, all_rows));
+  }
+  Pipeline vlm = Pipeline::open(vlm_manifest);
+  GenerationRequest req;
+  req.prompt = "Describe this image.";
+  // A picture of the bundle's image size, taken as it is by both sides (the native resize
+  // keeps a size that is a multiple of 32 within the pixel limits): the bundle's fixed size,
+  // which the source's own default plan (512) would not give.
+  const TempDir tmp;
+  req.images.push_back(write_test_image(tmp.path, o.image_size));
+  req.resize = "native";
+  cases.push_back(compare("image", vlm, source, req, all_rows));
+  return cases;
+}
+
+bool passes(const std::vector<VerifyCase>& cases, const GateBounds& b) {
+  return std::all_of(cases.begin(), cases.end(), [&](const VerifyCase& c) {
+    return c.bundle_token == c.source_token && c.cosine >= b.cosine && c.kl_divergence <= b.kld;
+  });
+}
+
+std::string figures(const std::vector<VerifyCase>& cases) {
+  std::string s;
+  for (const auto& c : cases)
+    s += cat(s.empty() ? "" : ", ", c.name, " cosine ", std::round(c.cosine * 1e6) / 1e6, " KLD ",
+             std::round(c.kl_divergence * 1e6) / 1e6);
+  return s;
+}
+
+// A copy of `manifest` beside it with every graph's "activations" set to `activations`.
+fs::path with_activations(const fs::path& manifest, const std::string& activations) {
+  std::ifstream in(manifest);
+  nlohmann::json m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.contains("graphs")) fail("verify: ", manifest.string(), " is not a manifest");
+  for (auto& [name, g] : m["graphs"].items())
+    if (g.contains("activations")) g["activations"] = activations;
+  const fs::path out = manifest.parent_path() / (".gate-" + activations + "-" + manifest.filename().string());
+  write_manifest(out, m);
+  return out;
+}
+
+// What to try when the bundle failed: the same weights with f32 activations (measured here,
+// on the staged bundle), else weights of more bits.
+std::vector<std::string> advise(const ExportSummary& s, const ExportOptions& o, Pipeline& source,
+                                const GateBounds& b) {
+  std::vector<std::string> advice;
+  const bool int8 = (o.weights == "w8" || o.weights == "w4") && (o.activations.empty() || o.activations == "int8");
+  if (int8 && o.target == "cpu") {
+    const fs::path text = with_activations(s.text_manifest, "f32"), vlm = with_activations(s.vlm_manifest, "f32");
+    std::vector<VerifyCase> f32;
+    try {
+      f32 = run_cases(text, vlm, source, o);
+    } catch (...) {
+      fs::remove(text), fs::remove(vlm);
+      throw;
+    }
+    fs::remove(text), fs::remove(vlm);
+    advice.push_back(cat("the same ", o.weights, " weights with --activations f32 give ", figures(f32), ": ",
+                         passes(f32, b) ? "they pass (float arithmetic: slower prefill and vision)"
+                                        : "they fail too"));
+    if (passes(f32, b)) return advice;
+  }
+  if (o.weights == "w4") advice.push_back("try --weights w8 (int8 weights: twice the bytes, closer to the source)");
+  if (o.weights == "w4" || o.weights == "w8")
+    advice.push_back(cat("try --weights f16 (bound cosine ", gate_bounds("f16").cosine, ", KLD ", gate_bounds("f16").kld,
+                         ": twice w8's bytes), or export without --verify to use this bundle as it is"));
+  return advice;
 }
 
 }  // namespace
 
-double cosine_bound(const std::string& weights) {
-  if (weights == "w8") return 0.999;
-  if (weights == "w4") return 0.99;
-  if (weights == "f16") return 0.9999;
-  return 0.99999;
+GateBounds gate_bounds(const std::string& weights) {
+  if (weights == "w8") return {0.999, 0.01};
+  if (weights == "w4") return {0.99, 0.05};
+  if (weights == "f16") return {0.9999, 1e-3};
+  return {0.99999, 1e-5};
 }
 
 VerifyReport verify_bundle(const ExportSummary& s, const ExportOptions& o) {
   VerifyReport r;
-  r.cosine_bound = cosine_bound(o.weights);
+  const GateBounds b = gate_bounds(o.weights);
+  r.cosine_bound = b.cosine;
+  r.kld_bound = b.kld;
   Pipeline source = Pipeline::open(o.hf_dir);
-  {
-    Pipeline text = Pipeline::open(s.text_manifest);
-    GenerationRequest req;
-    req.prompt = "What is the capital of France?";
-    r.cases.push_back(compare("text", text, source, req));
-  }
-  {
-    Pipeline vlm = Pipeline::open(s.vlm_manifest);
-    GenerationRequest req;
-    req.prompt = "Describe this image.";
-    // A picture of the bundle's image size, taken as it is by both sides (the native resize
-    // keeps a size that is a multiple of 32 within the pixel limits): the bundle's fixed size,
-    // which the source's own default plan (512) would not give.
-    // Written outside the bundle: a kill here must not leave a stray file in it.
-    std::string tmpl = (std::filesystem::temp_directory_path() / "qhx_verify_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) fail("verify: cannot create a folder in ", tmpl, ": ", std::strerror(errno));
-    const std::filesystem::path tmp = tmpl;
-    req.images.push_back(write_test_image(tmp, o.image_size));
-    req.resize = "native";
-    try {
-      r.cases.push_back(compare("image", vlm, source, req));
-    } catch (...) {
-      std::filesystem::remove_all(tmp);
-      throw;
-    }
-    std::filesystem::remove_all(tmp);
-  }
-  r.passed = true;
-  for (const auto& c : r.cases) r.passed &= c.bundle_token == c.source_token && c.cosine >= r.cosine_bound;
+  r.cases = run_cases(s.text_manifest, s.vlm_manifest, source, o);
+  r.passed = passes(r.cases, b);
+  if (!r.passed) r.advice = advise(s, o, source, b);
   return r;
 }
 
