@@ -69,7 +69,11 @@ class EmulatedLinear(torch.nn.Module):
             kept = x[..., self.keep] @ self.w_keep.T
             x = x.clone()
             x[..., self.keep] = 0
-        y = (q8_rows(x) if self.act == "int8" else x) @ self.w.T
+        if self.act == "int8":
+            x = q8_rows(x)
+        elif self.act == "int8b32":  # a scale per block of 32 along K, as llama.cpp's Q8_0 activations
+            x = q8_rows(x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)).reshape(x.shape)
+        y = x @ self.w.T
         if kept is not None:
             y = y + kept
         return y if self.bias is None else y + self.bias
@@ -134,7 +138,9 @@ SCHEMES = {  # name: (smoothing, weight group, f32 outlier channels)
     "w8 per row, smoothing (the export's default)": (True, 0, False),
     "w8 per row, outlier channels in f32": (False, 0, True),
     "w8 per group of 32": (False, 32, False),
+    "w8 per group of 32, smoothing": (True, 32, False),
 }
+ACTS = ("f32", "int8", "int8b32")  # int8b32: activations with a scale per block of 32 along K
 
 
 def planted_model(seed: int):
@@ -175,7 +181,7 @@ def main() -> int:
     torch.set_num_threads(1)
     names = recipe.CASES + ["random80"]
     print(f"worst prompt-row logits cosine against fp32; prompts {', '.join(names)}")
-    print(f"{'seed':>4}  {'scheme':46} {'act':5} " + " ".join(f"{n:>12}" for n in names))
+    print(f"{'seed':>4}  {'scheme':46} {'act':7} " + " ".join(f"{n:>12}" for n in names))
     fixed = recipe_prompts()
     for seed in (int(s) for s in args.seeds.split(",")):
         base = planted_model(seed)
@@ -183,14 +189,14 @@ def main() -> int:
         with torch.no_grad():
             refs = [base(input_ids=i).logits[0].numpy() for i in ids]
         for name, (smooth, group, keep) in SCHEMES.items():
-            for act in ("f32", "int8"):
+            for act in ACTS:
                 m = copy.deepcopy(base)
                 if smooth:
                     smooth_(m)
                 emulate_(m, act, group, kept_channels(m) if keep else None)
                 with torch.no_grad():
                     cos = [worst_cosine(m(input_ids=i).logits[0].numpy(), r) for i, r in zip(ids, refs)]
-                print(f"{seed:>4}  {name:46} {act:5} " + " ".join(f"{c:12.5f}" for c in cos), flush=True)
+                print(f"{seed:>4}  {name:46} {act:7} " + " ".join(f"{c:12.5f}" for c in cos), flush=True)
     return 0
 
 

@@ -7,10 +7,8 @@
 # qhx_w4.json) instead of measuring QHexRT again.
 #
 # A benchmark, not a test (scripts/test.sh never calls it). Steps, each skipped when done:
-#   1. llama.cpp's source from PyPI: the llama-cpp-python sdist (pinned below) vendors it;
-#      `pip download --no-binary :all:` into $QHX_CACHE/peer/dl, unpacked under $QHX_CACHE/peer/src.
-#   2. CMake build of only llama-bench, llama-quantize and llama-mtmd-cli (GGML_NATIVE=ON, CPU
-#      only, -j2, niced) into $QHX_CACHE/peer/build-<version>.
+#   1-2. llama.cpp's source and a build of llama-bench, llama-quantize and llama-mtmd-cli
+#      (bench/peer/llama_cpp_env.sh).
 #   3. $QHX_CACHE/random_2b (tests/reference/make_random_2b.py) -> GGUF Q8_0 with the vendored
 #      convert_hf_to_gguf.py and gguf-py (project venv), the vision projector (mmproj) at Q8_0,
 #      and Q4_0 with llama-quantize (requantized from the Q8_0 file: speed is what is compared;
@@ -24,9 +22,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/env.sh"
 cd "$QHX_ROOT"
 
-# 0.3.36 vendors llama.cpp commit 0c1e570 (llama-bench: "build 1"), with Qwen3-VL: converter
-# conversion/qwen3vl.py (text arch qwen3vl, mmproj projector qwen3vl_merger with DeepStack).
-LLAMA_CPP_PYTHON_VERSION=0.3.36
 threads=2
 skip_qhx=0
 quick=""
@@ -39,71 +34,19 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-peer="$QHX_CACHE/peer"
-src="$peer/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
-llama="$src/vendor/llama.cpp"
-build="$peer/build-$LLAMA_CPP_PYTHON_VERSION"
-# -march=native turns on llama.cpp's AMX matmul on a CPU with AMX, and at 0c1e570 that path
-# segfaults in ggml_backend_amx_mul_mat on the first prompt (seen on a 2-core Sapphire Rapids VM).
-# There the build names the CPU's ISA itself, all but AMX (its best path with AVX-512 VNNI).
-isa=(-DGGML_NATIVE=ON)
-if grep -qw amx_int8 /proc/cpuinfo; then
-  build="$build-noamx"
-  isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_F16C=ON -DGGML_FMA=ON -DGGML_BMI2=ON -DGGML_AVX=ON -DGGML_AVX2=ON
-       -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
-       -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
-fi
-models="$peer/models"
-results="$peer/results"
+source bench/peer/llama_cpp_env.sh  # step 1, and step 2 below
 ckpt="$QHX_CACHE/random_2b"
-mkdir -p "$peer/dl" "$peer/src" "$models" "$results"
-
-# 1. source
-sdist="$peer/dl/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-if [ ! -f "$sdist" ]; then
-  echo "== pip download llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION (sdist)"
-  "$QHX_PY" -m pip download --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$peer/dl"
-fi
-if [ ! -f "$llama/CMakeLists.txt" ]; then
-  echo "== unpack $sdist"
-  tar -xzf "$sdist" -C "$peer/src"
-fi
-if ! grep -q '"Qwen3VLForConditionalGeneration"' "$llama"/conversion/*.py "$llama"/convert_hf_to_gguf.py 2>/dev/null; then
-  echo "run_llama_cpp.sh: llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's llama.cpp cannot convert Qwen3VLForConditionalGeneration" >&2
-  exit 1
-fi
 
 # 2. build (only the needed targets)
-bin="$build/bin"
-if [ ! -x "$bin/llama-bench" ] || [ ! -x "$bin/llama-quantize" ] || [ ! -x "$bin/llama-mtmd-cli" ]; then
-  echo "== build llama-bench, llama-quantize, llama-mtmd-cli (-j2, nice)"
-  cmake -S "$llama" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DGGML_CUDA=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DBUILD_SHARED_LIBS=OFF >/dev/null
-  nice -n 10 cmake --build "$build" -j2 --target llama-bench llama-quantize llama-mtmd-cli
-fi
+build_llama_cpp llama-bench llama-quantize llama-mtmd-cli
 
 # 3. the same random 2B weights as GGUF
 if [ ! -f "$ckpt/model.safetensors" ]; then
   echo "== random 2B checkpoint -> $ckpt"
   "$QHX_PY" tests/reference/make_random_2b.py --out "$ckpt"
 fi
-# The converter's Qwen vocab path imports sentencepiece (not in the project venv): install it
-# into the cache, not into the venv.
-if ! PYTHONPATH="$peer/pydeps" "$QHX_PY" -c 'import sentencepiece' 2>/dev/null; then
-  echo "== pip install --target $peer/pydeps sentencepiece (for convert_hf_to_gguf.py)"
-  "$QHX_PY" -m pip install --target "$peer/pydeps" --no-deps sentencepiece
-fi
-convert() {  # convert() OUT ARGS...: the vendored converter with the vendored gguf-py
-  local out="$1"; shift
-  [ -f "$out" ] && return 0
-  echo "== convert_hf_to_gguf.py $* -> $out"
-  PYTHONPATH="$llama/gguf-py:$peer/pydeps" NO_LOCAL_GGUF=1 nice -n 10 "$QHX_PY" "$llama/convert_hf_to_gguf.py" "$ckpt" \
-    --outfile "$out.part" "$@"
-  mv "$out.part" "$out"
-}
-convert "$models/random_2b-Q8_0.gguf" --outtype q8_0
-convert "$models/random_2b-mmproj-Q8_0.gguf" --outtype q8_0 --mmproj
+gguf_convert "$ckpt" "$models/random_2b-Q8_0.gguf" --outtype q8_0
+gguf_convert "$ckpt" "$models/random_2b-mmproj-Q8_0.gguf" --outtype q8_0 --mmproj
 if [ ! -f "$models/random_2b-Q4_0.gguf" ]; then
   echo "== llama-quantize Q8_0 -> Q4_0"
   nice -n 10 "$bin/llama-quantize" --allow-requantize "$models/random_2b-Q8_0.gguf" "$models/random_2b-Q4_0.gguf.part" Q4_0 2

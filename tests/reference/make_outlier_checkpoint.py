@@ -20,6 +20,9 @@ the fp32 references (make_text_reference.py) that tests/python/test_outlier_acti
 compares QHexRT's w8 bundles against.
 
     make_outlier_checkpoint.py [OUT_DIR]      default: $QHX_CACHE/reference/outlier
+    make_outlier_checkpoint.py --shape 2b     the same recipe at the 2B's widths (hidden 2048,
+                                              MLP 6144, 16 heads of 128, 4 layers) for bench/quality.py:
+                                              default $QHX_CACHE/reference/outlier_2b
 """
 
 from __future__ import annotations
@@ -57,29 +60,43 @@ CONFIG: dict[str, Any] = tiny_configs._top(
 )
 
 
-def plant_outliers(model) -> dict[str, Any]:
+# The 2B's text widths (Qwen3-VL-2B: hidden 2048, MLP 6144, 16 query and 8 KV heads of 128) in 4
+# layers; the planted channels at the same relative places of the wider residual stream.
+SHAPES: dict[str, dict[str, Any]] = {
+    "tiny": {"config": CONFIG, "channels": OUTLIER_CHANNELS, "mlp_channel": MLP_CHANNEL, "name": "outlier"},
+    "2b": {"config": tiny_configs._top(
+        tiny_configs._text(hidden=2048, inter=6144, layers=4, heads=16, kv_heads=8, head_dim=128,
+                           mrope_section=[24, 20, 20]),
+        tiny_configs._vision(depth=2, hidden=64, heads=1, inter=128, out_hidden=2048, deepstack=[1])),
+        "channels": [c * 8 for c in OUTLIER_CHANNELS], "mlp_channel": MLP_CHANNEL * 12, "name": "outlier_2b"},
+}
+
+
+def plant_outliers(model, shape: str = "tiny") -> dict[str, Any]:
     """Scales the planted channels in place (see the module docstring); returns what it did."""
     import torch
 
     lm = model.model.language_model
     with torch.no_grad():
-        ch = torch.tensor(OUTLIER_CHANNELS)
+        ch = torch.tensor(SHAPES[shape]["channels"])
+        mlp_channel = SHAPES[shape]["mlp_channel"]
         gains = torch.tensor(NORM_GAINS)
         lm.embed_tokens.weight[:, ch] *= EMBED_GAIN
         for layer in lm.layers:
             layer.input_layernorm.weight[ch] *= gains
             layer.post_attention_layernorm.weight[ch] *= gains
-            layer.mlp.gate_proj.weight[MLP_CHANNEL] *= MLP_GAIN
-            layer.mlp.up_proj.weight[MLP_CHANNEL] *= MLP_GAIN
-    return {"channels": OUTLIER_CHANNELS, "norm_gains": NORM_GAINS, "embed_gain": EMBED_GAIN,
-            "mlp_channel": MLP_CHANNEL, "mlp_gain": MLP_GAIN}
+            layer.mlp.gate_proj.weight[mlp_channel] *= MLP_GAIN
+            layer.mlp.up_proj.weight[mlp_channel] *= MLP_GAIN
+    return {"channels": SHAPES[shape]["channels"], "norm_gains": NORM_GAINS, "embed_gain": EMBED_GAIN,
+            "mlp_channel": mlp_channel, "mlp_gain": MLP_GAIN}
 
 
-def recipe_hash(tok_dir: Path) -> str:
+def recipe_hash(tok_dir: Path, shape: str = "tiny") -> str:
+    sh = SHAPES[shape]
     return sha256_json({
-        "config": CONFIG,
+        "config": sh["config"],
         "script_version": SCRIPT_VERSION,
-        "plant": [OUTLIER_CHANNELS, NORM_GAINS, EMBED_GAIN, MLP_CHANNEL, MLP_GAIN, SEED],
+        "plant": [sh["channels"], NORM_GAINS, EMBED_GAIN, sh["mlp_channel"], MLP_GAIN, SEED],
         "sources": source_digest("make_outlier_checkpoint.py", "make_checkpoint.py", "make_text_reference.py",
                                  "common.py", "chat_template.py"),
         "tokenizer_json_sha256": sha256_file(tok_dir / "tokenizer.json"),
@@ -87,13 +104,13 @@ def recipe_hash(tok_dir: Path) -> str:
     })
 
 
-def ensure_outlier_reference(out_dir: str | os.PathLike[str] | None = None, log=print) -> Path:
+def ensure_outlier_reference(out_dir: str | os.PathLike[str] | None = None, log=print, shape: str = "tiny") -> Path:
     """Builds (or reuses) OUT/checkpoint and OUT/text_<case>.{safetensors,json}; returns OUT."""
-    out = Path(out_dir) if out_dir is not None else cache_root() / "reference" / "outlier"
+    out = Path(out_dir) if out_dir is not None else cache_root() / "reference" / SHAPES[shape]["name"]
     tok_dir = tokenizer_dir()
-    want = recipe_hash(tok_dir)
+    want = recipe_hash(tok_dir, shape)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with locked(out.parent / ".outlier.lock"):
+    with locked(out.parent / f".{SHAPES[shape]['name']}.lock"):
         stamp = read_stamp(out)
         if stamp is not None and stamp.get("hash") == want:
             return out
@@ -103,9 +120,9 @@ def ensure_outlier_reference(out_dir: str | os.PathLike[str] | None = None, log=
 
         torch.set_num_threads(1)
         torch.manual_seed(SEED)
-        model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**CONFIG))
+        model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**SHAPES[shape]["config"]))
         make_checkpoint.randomize_(model)
-        planted = plant_outliers(model)
+        planted = plant_outliers(model, shape)
         model = model.to(torch.bfloat16)
         make_checkpoint.check_tied(model)
         want_keys = make_checkpoint.expected_keys(model)
@@ -134,8 +151,9 @@ def ensure_outlier_reference(out_dir: str | os.PathLike[str] | None = None, log=
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", nargs="?")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     args = ap.parse_args(argv)
-    out = ensure_outlier_reference(args.out_dir)
+    out = ensure_outlier_reference(args.out_dir, shape=args.shape)
     print(json.dumps({"out": str(out), **(read_stamp(out) or {})}, indent=2))
     return 0
 
