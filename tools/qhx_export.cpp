@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
                  "bundles)")
       ->check(qhx_cli::IsMember({"int8", "f16", "f32"}));
   app.add_flag("--verify", o.verify,
-                                  "the export gate: run the staged bundle against the fp32 source and publish it "
-                                  "only if they agree (docs/bundle.md, \"The export gate\")");
+               "the export gate: run the staged bundle against the fp32 source and publish it "
+               "only if they agree (docs/bundle.md, \"The export gate\")");
   app.add_flag("--keep-failed", o.keep_failed, "with --verify: keep a bundle that fails the gate at OUT.failed");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   QHX_CLI_PARSE(app, argc, argv);
@@ -134,8 +134,8 @@ int main(int argc, char** argv) {
     const qhx::ExportSummary s = qhx::export_bundle(o);
     if (s.published || !s.kept_at.empty()) {
       std::uint64_t total = 0;
-      std::printf("bundle %s (%s%s) %s in %.1f s:\n", (s.published ? s.out_dir : s.kept_at).c_str(),
-                  o.weights.c_str(), o.target == "qnn-htp" ? (", qnn-htp " + o.soc).c_str() : "",
+      std::printf("bundle %s (%s%s) %s in %.1f s:\n", (s.published ? s.out_dir : s.kept_at).c_str(), o.weights.c_str(),
+                  o.target == "qnn-htp" ? (", qnn-htp " + o.soc).c_str() : "",
                   s.published ? "written" : "failing the gate, kept aside", s.seconds);
       for (const auto& [name, bytes] : s.files) {
         std::printf("  %-32s %12.3f MB\n", name.c_str(), static_cast<double>(bytes) / 1e6);
@@ -156,12 +156,12 @@ int main(int argc, char** argv) {
             c.name.c_str(), c.bundle_token, c.source_token, c.cosine, r.cosine_bound, c.kl_divergence, r.kld_bound,
             c.max_abs);
       if (!r.passed) {
-        std::fprintf(stderr, "qhx_export: error: the bundle fails the export gate (see above): %s\n",
-                     s.kept_at.empty()
-                         ? ("nothing was published, " + s.out_dir.string() + " is as it was before the export").c_str()
-                         : ("not published (" + s.out_dir.string() + " is as it was); it is kept at " +
-                            s.kept_at.string())
-                               .c_str());
+        std::fprintf(
+            stderr, "qhx_export: error: the bundle fails the export gate (see above): %s\n",
+            s.kept_at.empty()
+                ? ("nothing was published, " + s.out_dir.string() + " is as it was before the export").c_str()
+                : ("not published (" + s.out_dir.string() + " is as it was); it is kept at " + s.kept_at.string())
+                      .c_str());
         for (const auto& a : r.advice) std::fprintf(stderr, "qhx_export:   %s\n", a.c_str());
         return 1;
       }

@@ -23,7 +23,7 @@ struct BundleFiles {
   std::int64_t image_size = 512, context = 1024, prefill_chunk = 320;
   std::string weights;                    // w8 | w4 | f16 | f32, for the manifests' names
   std::string chat_template = "qwen3vl";  // the family's built-in one, or the checkpoint's copied into the bundle
-  std::string kv_cache;  // the decoder's "kv_cache" ("" : f16 in w8 and w4 bundles, else the default f32)
+  std::string kv_cache;     // the decoder's "kv_cache" ("" : f16 in w8 and w4 bundles, else the default f32)
   std::string activations;  // every graph's "activations" ("": int8 in w8 and w4 bundles, else unstated: f32)
 };
 

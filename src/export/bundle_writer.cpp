@@ -242,49 +242,50 @@ WeightFormat add_matrix(BundleWriter& w, const std::string& name, WeightFormat f
   };
   auto shared = std::make_shared<Shared>(Shared{std::move(rows_of), {}, {}, false});
 
-  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols), [shared, sf, rows, cols, ucols, block, how](ByteSink& sink) {
-    std::vector<float> row(ucols);
-    std::vector<std::uint8_t> bytes(sf == WeightFormat::F32   ? ucols * 4
-                                    : sf == WeightFormat::F16 ? ucols * 2
-                                    : sf == WeightFormat::W8  ? ucols
-                                                              : ucols / 2);
-    std::vector<std::uint16_t> h(sf == WeightFormat::F16 ? ucols : 0);
-    std::vector<std::int8_t> q(sf == WeightFormat::W8 ? ucols : 0);
-    const std::size_t per_row = sf == WeightFormat::W8 ? 1 : sf == WeightFormat::W4 ? ucols / kW4Group : 0;
-    shared->scales.assign(static_cast<std::size_t>(rows) * per_row, 0.0f);
-    shared->channel_scales.assign(sf == WeightFormat::W4 && how == W4Scales::Lpbq ? static_cast<std::size_t>(rows) : 0,
-                                  0.0f);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      float* scales = shared->scales.data() + static_cast<std::size_t>(r) * per_row;
-      try {
-        shared->rows_of(r, row.data());
-        switch (sf) {
-          case WeightFormat::F32:
-            for (std::size_t c = 0; c < ucols; ++c)
-              if (!std::isfinite(row[c])) fail("value ", row[c], " at column ", c, " is not finite");
-            std::memcpy(bytes.data(), row.data(), bytes.size());
-            break;
-          case WeightFormat::F16:
-            quantize_f16_row(row.data(), cols, h.data());
-            std::memcpy(bytes.data(), h.data(), bytes.size());
-            break;
-          case WeightFormat::W8:
-            scales[0] = quantize_w8_row(row.data(), cols, q.data());
-            std::memcpy(bytes.data(), q.data(), bytes.size());
-            break;
-          case WeightFormat::W4: {
-            const float channel = quantize_w4_row(row.data(), cols, block, bytes.data(), scales, how);
-            if (how == W4Scales::Lpbq) shared->channel_scales[static_cast<std::size_t>(r)] = channel;
-            break;
+  w.add(name, stored_dtype(sf), stored_shape(sf, rows, cols),
+        [shared, sf, rows, cols, ucols, block, how](ByteSink& sink) {
+          std::vector<float> row(ucols);
+          std::vector<std::uint8_t> bytes(sf == WeightFormat::F32   ? ucols * 4
+                                          : sf == WeightFormat::F16 ? ucols * 2
+                                          : sf == WeightFormat::W8  ? ucols
+                                                                    : ucols / 2);
+          std::vector<std::uint16_t> h(sf == WeightFormat::F16 ? ucols : 0);
+          std::vector<std::int8_t> q(sf == WeightFormat::W8 ? ucols : 0);
+          const std::size_t per_row = sf == WeightFormat::W8 ? 1 : sf == WeightFormat::W4 ? ucols / kW4Group : 0;
+          shared->scales.assign(static_cast<std::size_t>(rows) * per_row, 0.0f);
+          shared->channel_scales.assign(
+              sf == WeightFormat::W4 && how == W4Scales::Lpbq ? static_cast<std::size_t>(rows) : 0, 0.0f);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            float* scales = shared->scales.data() + static_cast<std::size_t>(r) * per_row;
+            try {
+              shared->rows_of(r, row.data());
+              switch (sf) {
+                case WeightFormat::F32:
+                  for (std::size_t c = 0; c < ucols; ++c)
+                    if (!std::isfinite(row[c])) fail("value ", row[c], " at column ", c, " is not finite");
+                  std::memcpy(bytes.data(), row.data(), bytes.size());
+                  break;
+                case WeightFormat::F16:
+                  quantize_f16_row(row.data(), cols, h.data());
+                  std::memcpy(bytes.data(), h.data(), bytes.size());
+                  break;
+                case WeightFormat::W8:
+                  scales[0] = quantize_w8_row(row.data(), cols, q.data());
+                  std::memcpy(bytes.data(), q.data(), bytes.size());
+                  break;
+                case WeightFormat::W4: {
+                  const float channel = quantize_w4_row(row.data(), cols, block, bytes.data(), scales, how);
+                  if (how == W4Scales::Lpbq) shared->channel_scales[static_cast<std::size_t>(r)] = channel;
+                  break;
+                }
+              }
+            } catch (const Error& e) {
+              fail("row ", r, ": ", e.what());
+            }
+            sink.write(bytes.data(), bytes.size());
           }
-        }
-      } catch (const Error& e) {
-        fail("row ", r, ": ", e.what());
-      }
-      sink.write(bytes.data(), bytes.size());
-    }
-    shared->ready = true;
-  });
+          shared->ready = true;
+        });
   if (sf == WeightFormat::W8 || sf == WeightFormat::W4) {
     w.add(name + ".scale", DType::F32, scale_shape(sf, rows, cols), [shared, name](ByteSink& sink) {
       if (!shared->ready) fail("the scales of '", name, "' were asked for before the matrix was written");

@@ -54,8 +54,7 @@ double kl_divergence(const float* p_logits, const float* q_logits, std::size_t n
 // The bundle and the source on one request: the cosine and largest difference of the logits
 // that choose the first token, and the mean KL divergence over every prompt position
 // (`all_rows`; else of the first token's logits alone).
-VerifyCase compare(const std::string& name, Pipeline& bundle, Pipeline& source, GenerationRequest req,
-                   bool all_rows) {
+VerifyCase compare(const std::string& name, Pipeline& bundle, Pipeline& source, GenerationRequest req, bool all_rows) {
   req.max_new_tokens = 1;
   req.sampling = SamplingParams{};
   req.sampling->greedy = true;
@@ -79,7 +78,8 @@ VerifyCase compare(const std::string& name, Pipeline& bundle, Pipeline& source, 
     c.max_abs = std::max(c.max_abs, static_cast<double>(std::abs(x[i] - y[i])));
   }
   c.cosine = dot / std::sqrt(na * nb);
-  for (std::size_t r = 0; r < rows; ++r) c.kl_divergence += kl_divergence(lb.data() + r * vocab, la.data() + r * vocab, vocab);
+  for (std::size_t r = 0; r < rows; ++r)
+    c.kl_divergence += kl_divergence(lb.data() + r * vocab, la.data() + r * vocab, vocab);
   c.kl_divergence /= static_cast<double>(rows);
   return c;
 }
@@ -153,8 +153,7 @@ fs::path with_activations(const fs::path& manifest, const std::string& activatio
 
 // What to try when the bundle failed: the same weights with f32 activations (measured here,
 // on the staged bundle), else weights of more bits.
-std::vector<std::string> advise(const ExportSummary& s, const ExportOptions& o, Pipeline& source,
-                                const GateBounds& b) {
+std::vector<std::string> advise(const ExportSummary& s, const ExportOptions& o, Pipeline& source, const GateBounds& b) {
   std::vector<std::string> advice;
   const bool int8 = (o.weights == "w8" || o.weights == "w4") && (o.activations.empty() || o.activations == "int8");
   if (int8 && o.target == "cpu") {
@@ -168,13 +167,13 @@ std::vector<std::string> advise(const ExportSummary& s, const ExportOptions& o, 
     }
     fs::remove(text), fs::remove(vlm);
     advice.push_back(cat("the same ", o.weights, " weights with --activations f32 give ", figures(f32), ": ",
-                         passes(f32, b) ? "they pass (float arithmetic: slower prefill and vision)"
-                                        : "they fail too"));
+                         passes(f32, b) ? "they pass (float arithmetic: slower prefill and vision)" : "they fail too"));
     if (passes(f32, b)) return advice;
   }
   if (o.weights == "w4") advice.push_back("try --weights w8 (int8 weights: twice the bytes, closer to the source)");
   if (o.weights == "w4" || o.weights == "w8")
-    advice.push_back(cat("try --weights f16 (bound cosine ", gate_bounds("f16").cosine, ", KLD ", gate_bounds("f16").kld,
+    advice.push_back(cat("try --weights f16 (bound cosine ", gate_bounds("f16").cosine, ", KLD ",
+                         gate_bounds("f16").kld,
                          ": twice w8's bytes), or export without --verify to use this bundle as it is"));
   return advice;
 }

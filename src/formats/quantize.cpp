@@ -249,13 +249,11 @@ QuantizedMatrix quantize_matrix(const float* w, std::int64_t rows, std::int64_t 
           std::memcpy(m.data.data() + ur * ucols, q.data(), ucols);
           break;
         }
-        case WeightFormat::W4:
-        {
+        case WeightFormat::W4: {
           const float channel = quantize_w4_row(row, cols, w4_block, m.data.data() + ur * (ucols / 2),
                                                 m.scales.data() + ur * (ucols / kW4Group), how);
           if (how == W4Scales::Lpbq) m.channel_scales[ur] = channel;
-        }
-          break;
+        } break;
       }
     } catch (const Error& e) {
       fail("row ", r, ": ", e.what());

@@ -145,7 +145,7 @@ TEST_P(Kernels, LinearWithF16ActivationsIsLinearOfTheRoundedInput) {
       SCOPED_TRACE(std::string(format_name(f)) + " " + std::to_string(n) + "x" + std::to_string(kk));
       const QuantizedMatrix q = quantize_matrix(w.data(), n, kk, f == WeightFormat::F32 ? WeightFormat::F16 : f, 32);
       WeightMatrix wq =
-          f == WeightFormat::F32 ? WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}
+          f == WeightFormat::F32   ? WeightMatrix{.data = w.data(), .dtype = DType::F32, .rows = n, .cols = kk}
           : f == WeightFormat::F16 ? WeightMatrix{.data = q.data.data(), .dtype = DType::F16, .rows = n, .cols = kk}
           : f == WeightFormat::W8
               ? WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(q.data.data()), q.scales.data(), n, kk)
