@@ -127,6 +127,8 @@ def variant_manifest(manifest: Path, activations: str | None, out: Path) -> Path
         for g in m["graphs"].values():
             if "activations" in g:
                 g["activations"] = activations
+        if activations == "f16":  # the value manifest version 8 added
+            m["qhexrt_manifest"] = max(m.get("qhexrt_manifest", 1), 8)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(m, indent=1))
     return out
