@@ -159,13 +159,16 @@ float quantize_w4_group_free(const float* w, std::uint8_t* packed) {
   for (std::int64_t i = 0; i < kW4Group; ++i) loud = std::max(loud, std::fabs(w[i]));
   float best = 1.0f;
   if (loud >= 0x1p-126f) {
+    // A negative scale puts the group's values the other way round on [-8, 7]: the loud side
+    // then has the -8 level too (as llama.cpp's Q4_0 does by its sign), so both are tried.
     double best_error = std::numeric_limits<double>::infinity();
-    for (int k = 0; k < 16; ++k) {
-      const float scale = bf16_to_f32(f32_to_bf16(loud / (6.5f + 0.1f * static_cast<float>(k))));
-      if (!(scale >= 0x1p-126f)) continue;
-      const double e = block_error(w, kW4Group, scale);
-      if (e < best_error) best = scale, best_error = e;
-    }
+    for (const float sign : {1.0f, -1.0f})
+      for (int k = 0; k < 16; ++k) {
+        const float scale = sign * bf16_to_f32(f32_to_bf16(loud / (6.5f + 0.1f * static_cast<float>(k))));
+        if (!(std::fabs(scale) >= 0x1p-126f)) continue;
+        const double e = block_error(w, kW4Group, scale);
+        if (e < best_error) best = scale, best_error = e;
+      }
   }
   const bool zero = !(loud >= 0x1p-126f);
   for (std::int64_t j = 0; j < kW4Group / 2; ++j) {

@@ -18,9 +18,10 @@
 //        The scales are stored per group of 32 columns (a block of 64 writes its
 //        scale twice), the layout the kernels and older bundles share.
 //        Or, with free scales (W4Scales::Free, the CPU's default), per group of 32 any
-//        bf16 scale: of the 16 candidates |loud| / t, t = 6.5, 6.6, ..., 8.0 (loud: the
-//        group's value of largest magnitude), each rounded to bf16, the one of least
-//        squared error (ties to the first); no channel scale.
+//        bf16 scale: of the 32 candidates ±|loud| / t, t = 6.5, 6.6, ..., 8.0 (loud: the
+//        group's value of largest magnitude; + first, then −), each rounded to bf16, the
+//        one of least squared error (ties to the first); no channel scale. A negative
+//        scale mirrors the group onto [-8, 7], giving the loud side the -8 level.
 // A row or group that is all zeros gets scale 1 (not 0, which would make w / scale
 // 0 / 0): its q are 0 and so are its values; so does a w4 row whose channel scale
 // would be below 2^-126. Value = float(q) * scale.

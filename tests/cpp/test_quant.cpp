@@ -274,15 +274,17 @@ TEST(Quantize, W4ChannelScaleRoundsUpAndTinyRowsBecomeZero) {
 }
 
 TEST(Quantize, W4FreeScalesTakeTheCandidateOfLeastError) {
-  // Group 0: 7, -3, 1 (and zeros) are exact at scale 1 = 7 / 7.0 (t = 7.0 is the 6th candidate);
-  // every other candidate errs. Group 1: all zeros -> scale 1, q 0. Group 2: -8 is reached at
-  // t = 8.0 (scale 1): -8, 4 exact. No channel scale: the return value is 0.
-  std::vector<float> w(96, 0.0f);
+  // Group 0: 7, -3, 1 (and zeros) are exact at scale 1 = 7 / 7.0 (t = 7.0 is the 6th candidate;
+  // -1 is exact too, and the positive one comes first). Group 1: all zeros -> scale 1, q 0.
+  // Group 2: -8 is reached at t = 8.0 (scale 1): -8, 4 exact. Group 3: 8, -4 are exact only at
+  // scale -1 (q -8, 4): the loud side takes the -8 level. No channel scale: the return value is 0.
+  std::vector<float> w(128, 0.0f);
   w[0] = 7.0f, w[1] = -3.0f, w[2] = 1.0f;
   w[64] = -8.0f, w[65] = 4.0f;
-  std::vector<std::uint8_t> packed(48, 0xAA);
-  std::vector<float> scales(3);
-  EXPECT_EQ(quantize_w4_row(w.data(), 96, 32, packed.data(), scales.data(), W4Scales::Free), 0.0f);
+  w[96] = 8.0f, w[97] = -4.0f;
+  std::vector<std::uint8_t> packed(64, 0xAA);
+  std::vector<float> scales(4);
+  EXPECT_EQ(quantize_w4_row(w.data(), 128, 32, packed.data(), scales.data(), W4Scales::Free), 0.0f);
   EXPECT_EQ(scales[0], 1.0f);
   EXPECT_EQ(scales[1], 1.0f);
   EXPECT_EQ(cpu::w4_nibble(packed[0], 0), 7);
@@ -292,6 +294,9 @@ TEST(Quantize, W4FreeScalesTakeTheCandidateOfLeastError) {
   EXPECT_EQ(cpu::w4_nibble(packed[32], 0), -8);
   EXPECT_EQ(cpu::w4_nibble(packed[32], 1), 4);
   EXPECT_EQ(scales[2], 1.0f);
+  EXPECT_EQ(scales[3], -1.0f);
+  EXPECT_EQ(cpu::w4_nibble(packed[48], 0), -8);
+  EXPECT_EQ(cpu::w4_nibble(packed[48], 1), 4);
   // Every scale is a bf16 value, and a group's error is at most the LPBQ row's.
   std::mt19937 rng(7);
   std::normal_distribution<float> d(0.0f, 0.02f);

@@ -112,8 +112,8 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 def expect_w4_free(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(packed, scales [rows, cols/32], q) per docs/bundle.md "w4", free scales: per group of 32 the
-    candidate bf16(|loud| / t), t = 6.5, 6.6, ..., 8.0, of least squared error (the first of equals);
-    a zero group gets scale 1."""
+    candidate ±bf16(|loud| / t), t = 6.5, 6.6, ..., 8.0 (+ first), of least squared error (the
+    first of equals); a zero group gets scale 1."""
     rows, cols = w.shape
     q = np.zeros((rows, cols), np.int8)
     scales = np.ones((rows, cols // 32), np.float32)
@@ -124,11 +124,12 @@ def expect_w4_free(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if not loud >= np.float32(2.0**-126):
                 continue
             best = None
-            for k in range(16):
-                s = bf16(loud / (np.float32(6.5) + np.float32(0.1) * np.float32(k)))
-                e = np.sum((wg.astype(np.float64) - w4_q(wg, s) * np.float64(s)) ** 2)
-                if best is None or e < best[0]:
-                    best = (e, s)
+            for sign in (np.float32(1), np.float32(-1)):
+                for k in range(16):
+                    s = sign * bf16(loud / (np.float32(6.5) + np.float32(0.1) * np.float32(k)))
+                    e = np.sum((wg.astype(np.float64) - w4_q(wg, s) * np.float64(s)) ** 2)
+                    if best is None or e < best[0]:
+                        best = (e, s)
             scales[r, g] = best[1]
             q[r, 32 * g:32 * g + 32] = w4_q(wg, best[1])
     nib = q.astype(np.uint8) & 0xF
@@ -305,6 +306,7 @@ def test_w4_free_scales(bundle: Path) -> None:
     np.testing.assert_array_equal(t["probe.w4free.weight.scale"], scale)
     np.testing.assert_array_equal(t["probe.w4free.weight"], packed)
     assert np.all(bf16(scale) == scale)
+    assert (scale < 0).any() and (scale > 0).any(), "both signs are taken in this matrix"
     # Never worse than the LPBQ scales of the same rows, group for group in sum.
     _, lpbq_scale, lpbq_q, _ = expect_w4(w)
     err = lambda qq, ss: np.sum((w.astype(np.float64) - qq * np.repeat(ss, 32, axis=1).astype(np.float64)) ** 2)
