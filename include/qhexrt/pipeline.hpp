@@ -113,6 +113,9 @@ struct PipelineOptions {
   // dtype: "f32", "f16" or "i8" (docs/manifest.md, kv_cache). Empty: the plan's. A plan
   // without such a graph is refused.
   std::optional<std::string> kv_cache;
+  // Every CPU graph of the plan computing with these activations: "int8", "f16" or "f32"
+  // (docs/manifest.md, "activations"). Empty: the plan's. A plan without a CPU graph is refused.
+  std::optional<std::string> activations;
 };
 
 struct ImageCacheStats {

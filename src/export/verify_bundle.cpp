@@ -7,9 +7,6 @@
 #include <cstring>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
-
-#include "export/bundle_manifests.hpp"
 #include "qhexrt/error.hpp"
 #include "qhexrt/pipeline.hpp"
 #include "runtime/manifest.hpp"
@@ -100,19 +97,20 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
 };
 
-// The gate's two prompts on manifests `text` and `vlm`. Every prompt position is compared on
-// the CPU; a qnn-htp bundle's lm-head, seconds a row in emulation, only at the last.
-std::vector<VerifyCase> run_cases(const fs::path& text_manifest, const fs::path& vlm_manifest, Pipeline& source,
+// The gate's two prompts on the bundle's manifests, opened with `options`. Every prompt
+// position is compared on the CPU; a qnn-htp bundle's lm-head, seconds a row in emulation,
+// only at the last.
+std::vector<VerifyCase> run_cases(const ExportSummary& s, const PipelineOptions& options, Pipeline& source,
                                   const ExportOptions& o) {
   const bool all_rows = o.target != "qnn-htp";
   std::vector<VerifyCase> cases;
   {
-    Pipeline text = Pipeline::open(text_manifest);
+    Pipeline text = Pipeline::open(s.text_manifest, options);
     GenerationRequest req;
     req.prompt = "What is the capital of France?";
     cases.push_back(compare("text", text, source, req, all_rows));
   }
-  Pipeline vlm = Pipeline::open(vlm_manifest);
+  Pipeline vlm = Pipeline::open(s.vlm_manifest, options);
   GenerationRequest req;
   req.prompt = "Describe this image.";
   // A picture of the bundle's image size, taken as it is by both sides (the native resize
@@ -139,36 +137,19 @@ std::string figures(const std::vector<VerifyCase>& cases) {
   return s;
 }
 
-// A copy of `manifest` beside it with every graph's "activations" set to `activations`.
-fs::path with_activations(const fs::path& manifest, const std::string& activations) {
-  std::ifstream in(manifest);
-  nlohmann::json m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (m.is_discarded() || !m.contains("graphs")) fail("verify: ", manifest.string(), " is not a manifest");
-  for (auto& [name, g] : m["graphs"].items())
-    if (g.contains("activations")) g["activations"] = activations;
-  const fs::path out = manifest.parent_path() / (".gate-" + activations + "-" + manifest.filename().string());
-  write_manifest(out, m);
-  return out;
-}
-
 // What to try when the bundle failed: the same weights with f32 activations (measured here,
 // on the staged bundle), else weights of more bits.
 std::vector<std::string> advise(const ExportSummary& s, const ExportOptions& o, Pipeline& source, const GateBounds& b) {
   std::vector<std::string> advice;
   const bool int8 = (o.weights == "w8" || o.weights == "w4") && (o.activations.empty() || o.activations == "int8");
   if (int8 && o.target == "cpu") {
-    const fs::path text = with_activations(s.text_manifest, "f32"), vlm = with_activations(s.vlm_manifest, "f32");
-    std::vector<VerifyCase> f32;
-    try {
-      f32 = run_cases(text, vlm, source, o);
-    } catch (...) {
-      fs::remove(text), fs::remove(vlm);
-      throw;
-    }
-    fs::remove(text), fs::remove(vlm);
+    PipelineOptions f32_activations;
+    f32_activations.activations = "f32";
+    const std::vector<VerifyCase> f32 = run_cases(s, f32_activations, source, o);
+    const bool pass = passes(f32, b);
     advice.push_back(cat("the same ", o.weights, " weights with --activations f32 give ", figures(f32), ": ",
-                         passes(f32, b) ? "they pass (float arithmetic: slower prefill and vision)" : "they fail too"));
-    if (passes(f32, b)) return advice;
+                         pass ? "they pass (float arithmetic: slower prefill and vision)" : "they fail too"));
+    if (pass) return advice;
   }
   if (o.weights == "w4") advice.push_back("try --weights w8 (int8 weights: twice the bytes, closer to the source)");
   if (o.weights == "w4" || o.weights == "w8")
@@ -193,7 +174,7 @@ VerifyReport verify_bundle(const ExportSummary& s, const ExportOptions& o) {
   r.cosine_bound = b.cosine;
   r.kld_bound = b.kld;
   Pipeline source = Pipeline::open(o.hf_dir);
-  r.cases = run_cases(s.text_manifest, s.vlm_manifest, source, o);
+  r.cases = run_cases(s, {}, source, o);
   r.passed = passes(r.cases, b);
   if (!r.passed) r.advice = advise(s, o, source, b);
   return r;

@@ -297,7 +297,7 @@ namespace {
 // The plan with PipelineOptions' overrides written into its manifest and parsed again, so
 // every check of a manifest applies to them.
 Manifest with_overrides(Manifest m, const PipelineOptions& o) {
-  if (!o.context_length && !o.kv_cache) return m;
+  if (!o.context_length && !o.kv_cache && !o.activations) return m;
   nlohmann::json j = m.json;
   if (o.context_length) j["context_length"] = *o.context_length;
   if (o.kv_cache) {
@@ -311,6 +311,16 @@ Manifest with_overrides(Manifest m, const PipelineOptions& o) {
       fail(m.source, ": PipelineOptions::kv_cache \"", *o.kv_cache,
            "\": the plan has no graph whose KV cache dtype can be chosen (kind qwen3vl.text_decoder)");
     j["qhexrt_manifest"] = std::max<std::int64_t>(m.version, 5);  // kv_cache and its "i8" value
+  }
+  if (o.activations) {
+    bool any = false;
+    for (auto& [name, g] : j["graphs"].items())
+      if (g.is_object() && g.value("backend", "") == "cpu") {
+        g["activations"] = *o.activations;
+        any = true;
+      }
+    if (!any) fail(m.source, ": PipelineOptions::activations \"", *o.activations, "\": the plan has no CPU graph");
+    j["qhexrt_manifest"] = std::max<std::int64_t>(m.version, 8);  // "activations" and its "f16" value
   }
   return parse_manifest(j.dump(), m.source, m.dir);
 }

@@ -568,6 +568,35 @@ TEST(PipelineOverrides, ContextLengthAndKvCache) {
                      {"PipelineOptions::kv_cache", "qwen3vl.text_decoder"});
 }
 
+// PipelineOptions::activations sets every CPU graph's arithmetic, through the same checks.
+TEST(PipelineOverrides, Activations) {
+  const auto ckpt = test::cache_dir() / "reference" / "tiny_a" / "checkpoint";
+  GenerationRequest req;
+  req.prompt = "The quick brown fox";
+  req.max_new_tokens = 1;
+  req.keep_step_logits = true;
+  const std::vector<float> f32 = Pipeline::open(ckpt).generate(req).step_logits;
+  PipelineOptions o;
+  o.activations = "f16";
+  const std::vector<float> f16 = Pipeline::open(ckpt, o).generate(req).step_logits;
+  ASSERT_EQ(f16.size(), f32.size());
+  EXPECT_NE(f16, f32);     // the checkpoint's own plan computes in f32: rounding its inputs shows
+  o.activations = "int4";  // refused where the graph is built, naming it
+  test::expect_error([&] { Pipeline::open(ckpt, o).generate(req); }, {"activations", "int4"});
+  // The fakes' text plan (no vision graph) has no CPU graph whose arithmetic can be chosen.
+  test::TempDir dir;
+  nlohmann::json text = nlohmann::json::parse(test::read_file(FakeModelStages::plan(dir, "state")));
+  text["graphs"].erase("vision");
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& st : text["stages"])
+    if (st["op"] != "load_images" && st["op"] != "patch_embed" && st["op"] != "vision") stages.push_back(st);
+  text["stages"] = stages;
+  PipelineOptions a;
+  a.activations = "f32";
+  test::expect_error([&] { Pipeline::open(dir.write("text.json", text.dump()), a); },
+                     {"PipelineOptions::activations", "no CPU graph"});
+}
+
 // The public finder of a bundle's manifests: by their contents, not by their names.
 TEST(BundleManifests, FoundByWhatTheyDeclare) {
   test::TempDir dir;
