@@ -153,6 +153,15 @@ std::optional<W4Scales> parse_w4_scales(std::string_view s) {
 
 namespace {
 
+// n values (n even) as w4 nibbles of `scale`, two per byte; zeros when `zero`.
+void pack_w4(const float* w, std::int64_t n, float scale, bool zero, std::uint8_t* packed) {
+  for (std::int64_t j = 0; j < n / 2; ++j) {
+    const auto lo = zero ? 0u : static_cast<unsigned>(quantize_one(w[2 * j], scale, -8.0f, 7.0f)) & 0xFu;
+    const auto hi = zero ? 0u : static_cast<unsigned>(quantize_one(w[2 * j + 1], scale, -8.0f, 7.0f)) & 0xFu;
+    packed[j] = static_cast<std::uint8_t>(lo | (hi << 4));
+  }
+}
+
 // One group of 32 with a free bf16 scale (quantize.hpp): the scale written, the nibbles packed.
 float quantize_w4_group_free(const float* w, std::uint8_t* packed) {
   float loud = 0.0f;
@@ -170,13 +179,17 @@ float quantize_w4_group_free(const float* w, std::uint8_t* packed) {
         if (e < best_error) best = scale, best_error = e;
       }
   }
-  const bool zero = !(loud >= 0x1p-126f);
-  for (std::int64_t j = 0; j < kW4Group / 2; ++j) {
-    const auto lo = zero ? 0u : static_cast<unsigned>(quantize_one(w[2 * j], best, -8.0f, 7.0f)) & 0xFu;
-    const auto hi = zero ? 0u : static_cast<unsigned>(quantize_one(w[2 * j + 1], best, -8.0f, 7.0f)) & 0xFu;
-    packed[j] = static_cast<std::uint8_t>(lo | (hi << 4));
-  }
+  pack_w4(w, kW4Group, best, !(loud >= 0x1p-126f), packed);
   return best;
+}
+
+float quantize_w4_row_free(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales) {
+  if (block != kW4Group) fail("w4 with free scales takes groups of 32 columns, not blocks of ", block);
+  if (cols % kW4Group != 0) fail("w4 needs a multiple of 32 columns, got ", cols);
+  check_finite(w, cols);
+  for (std::int64_t g = 0; g < cols / kW4Group; ++g)
+    scales[g] = quantize_w4_group_free(w + g * kW4Group, packed + g * (kW4Group / 2));
+  return 0.0f;
 }
 
 }  // namespace
@@ -184,14 +197,7 @@ float quantize_w4_group_free(const float* w, std::uint8_t* packed) {
 float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std::uint8_t* packed, float* scales,
                       W4Scales how) {
   check_w4_block(block);
-  if (how == W4Scales::Free) {
-    if (block != kW4Group) fail("w4 with free scales takes groups of 32 columns, not blocks of ", block);
-    if (cols % kW4Group != 0) fail("w4 needs a multiple of 32 columns, got ", cols);
-    check_finite(w, cols);
-    for (std::int64_t g = 0; g < cols / kW4Group; ++g)
-      scales[g] = quantize_w4_group_free(w + g * kW4Group, packed + g * (kW4Group / 2));
-    return 0.0f;
-  }
+  if (how == W4Scales::Free) return quantize_w4_row_free(w, cols, block, packed, scales);
   if (cols % block != 0) fail("w4 needs a multiple of ", block, " columns (its block), got ", cols);
   check_finite(w, cols);
   // The channel scale lets the loudest block reach its max with m = 16 and q = 7.
@@ -201,11 +207,7 @@ float quantize_w4_row(const float* w, std::int64_t cols, std::int64_t block, std
     const float* wb = w + b * block;
     const float scale = zero ? 1.0f : channel * static_cast<float>(best_multiplier(wb, block, channel));
     for (std::int64_t g = 0; g < block / kW4Group; ++g) scales[b * (block / kW4Group) + g] = scale;
-    for (std::int64_t j = 0; j < block / 2; ++j) {
-      const auto lo = zero ? 0u : static_cast<unsigned>(quantize_one(wb[2 * j], scale, -8.0f, 7.0f)) & 0xFu;
-      const auto hi = zero ? 0u : static_cast<unsigned>(quantize_one(wb[2 * j + 1], scale, -8.0f, 7.0f)) & 0xFu;
-      packed[b * (block / 2) + j] = static_cast<std::uint8_t>(lo | (hi << 4));
-    }
+    pack_w4(wb, block, scale, zero, packed + b * (block / 2));
   }
   return zero ? 1.0f : channel;
 }
