@@ -205,23 +205,30 @@ TEST(Int8Matmul, QuantizationRoundsHalfToEvenAndPads) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int>(q[i]), want[i] + 128) << i;
 }
 
-// ---- w4 on the int8 path ----------------------------------------------------
+// ---- block-scaled matrices on the int8 path: w4, and w8 with block scales ----
 
-struct DataW4 {
+struct DataBlocks {
   std::vector<float> x, b, sw;       // sw [n, k / 32]
-  std::vector<std::uint8_t> packed;  // [n, k / 2]: column 2j low nibble, 2j + 1 high, two's complement
+  std::vector<std::uint8_t> packed;  // w4: [n, k / 2]: column 2j low nibble, 2j + 1 high, two's complement
+  std::vector<std::int8_t> q8;       // w8: [n, k]
   std::vector<int> qw;               // [n, k] the same values, for the contract
   WeightMatrix w;
 };
 
-// bf16_scales: every scale a bf16 value, as qhx_export writes them (packed in
-// 16 bits); otherwise arbitrary f32 scales (older bundles: packed in 32 bits).
-DataW4 make_w4(const Case& c, std::mt19937& rng, bool bf16_scales) {
+// bits 4 (w4) or 8 (w8 with block scales). bf16_scales: every scale a bf16 value,
+// as qhx_export writes them (packed in 16 bits); otherwise arbitrary f32 scales
+// (older bundles: packed in 32 bits).
+DataBlocks make_blocks(const Case& c, std::mt19937& rng, bool bf16_scales, int bits = 4) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_int_distribution<int> qd(-8, 7);
-  DataW4 d;
+  const int lo = bits == 4 ? -8 : -127, hi = bits == 4 ? 7 : 127;
+  std::uniform_int_distribution<int> qd(lo, hi);
+  DataBlocks d;
   d.x.resize(static_cast<std::size_t>(c.m * c.k));
   for (auto& v : d.x) v = nd(rng) * 3.0f;
+  if (c.k >= 64) {  // an outlier channel, and an all-zero block (scale 0) in another row
+    d.x[5] = 400.0f;
+    if (c.m > 1) std::fill(d.x.begin() + c.k + 32, d.x.begin() + c.k + 64, 0.0f);
+  }
   d.b.resize(static_cast<std::size_t>(c.n));
   for (auto& v : d.b) v = nd(rng);
   d.sw.resize(static_cast<std::size_t>(c.n * c.k / 32));
@@ -232,31 +239,38 @@ DataW4 make_w4(const Case& c, std::mt19937& rng, bool bf16_scales) {
     d.sw[0] = 0.1f + 0x1p-20f;  // not a bf16 value, whatever the draw
   d.qw.resize(static_cast<std::size_t>(c.n * c.k));
   for (auto& v : d.qw) v = qd(rng);
-  d.qw[0] = -8;  // the extremes of the nibble range
-  d.qw.back() = 7;
-  d.packed.assign(static_cast<std::size_t>(c.n * c.k / 2), 0);
-  for (int r = 0; r < c.n; ++r)
-    for (int t = 0; t < c.k; ++t)
-      d.packed[static_cast<std::size_t>(r * c.k / 2 + t / 2)] |=
-          static_cast<std::uint8_t>((d.qw[r * c.k + t] & 0xF) << (4 * (t % 2)));
-  d.w = WeightMatrix::w4(d.packed.data(), d.sw.data(), c.n, c.k);
+  d.qw[0] = lo;  // the extremes of the range
+  d.qw.back() = hi;
+  if (bits == 8) {
+    d.q8.assign(d.qw.begin(), d.qw.end());
+    d.w = WeightMatrix::w8_blocks(d.q8.data(), d.sw.data(), c.n, c.k);
+  } else {
+    d.packed.assign(static_cast<std::size_t>(c.n * c.k / 2), 0);
+    for (int r = 0; r < c.n; ++r)
+      for (int t = 0; t < c.k; ++t)
+        d.packed[static_cast<std::size_t>(r * c.k / 2 + t / 2)] |=
+            static_cast<std::uint8_t>((d.qw[r * c.k + t] & 0xF) << (4 * (t % 2)));
+    d.w = WeightMatrix::w4(d.packed.data(), d.sw.data(), c.n, c.k);
+  }
   d.w.int8_activations = true;
   return d;
 }
 
-// The w4 contract of int8_matmul.hpp, written from its text.
-std::vector<float> contract_w4(const DataW4& d, const Case& c, bool bias) {
+// The block contract of int8_matmul.hpp, written from its text: activations
+// quantized per block of 32 columns, sums exact per block, scaled in order.
+std::vector<float> contract_blocks(const DataBlocks& d, const Case& c, bool bias) {
   std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
   const int groups = c.k / 32;
   for (int i = 0; i < c.m; ++i) {
-    std::vector<int> q;
-    const float sx = contract_quantize(d.x.data() + i * c.k, c.k, q);
+    std::vector<std::vector<int>> q(static_cast<std::size_t>(groups));
+    std::vector<float> sx(static_cast<std::size_t>(groups));
+    for (int g = 0; g < groups; ++g) sx[g] = contract_quantize(d.x.data() + i * c.k + 32 * g, 32, q[g]);
     for (int r = 0; r < c.n; ++r) {
       float acc = 0.0f;
       for (int g = 0; g < groups; ++g) {
         int isum = 0;
-        for (int t = 32 * g; t < 32 * g + 32; ++t) isum += q[t] * d.qw[r * c.k + t];
-        acc = std::fma(static_cast<float>(isum), sx * d.sw[r * groups + g], acc);
+        for (int t = 0; t < 32; ++t) isum += q[g][t] * d.qw[r * c.k + 32 * g + t];
+        acc = std::fma(static_cast<float>(isum), sx[g] * d.sw[r * groups + g], acc);
       }
       y[i * c.n + r] = acc + (bias ? d.b[r] : 0.0f);
     }
@@ -264,54 +278,92 @@ std::vector<float> contract_w4(const DataW4& d, const Case& c, bool bias) {
   return y;
 }
 
-const Case kW4Cases[] = {{1, 1, 32},   {1, 16, 64},  {3, 33, 32},    {5, 50, 128}, {8, 48, 96},
-                         {9, 49, 160}, {17, 5, 256}, {1, 100, 2048}, {4, 70, 64},  {70, 40, 64}};
+const Case kBlockCases[] = {{1, 1, 32},   {1, 16, 64},  {3, 33, 32},    {5, 50, 128}, {8, 48, 96},
+                            {9, 49, 160}, {17, 5, 256}, {1, 100, 2048}, {4, 70, 64},  {70, 40, 64}};
 
-TEST(Int8MatmulW4, ReferenceFollowsTheContract) {
-  std::mt19937 rng(23);
-  for (const Case& c : kW4Cases) {
-    const DataW4 d = make_w4(c, rng, false);
-    for (const bool bias : {true, false}) {
-      std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
-      ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
-      expect_bitwise(y, contract_w4(d, c, bias),
-                     "reference w4 " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
-    }
-  }
+std::string block_name(int bits, bool bf16) {
+  return std::string(bits == 4 ? "w4" : "w8 (block scales)") + (bf16 ? " bf16 scales" : " f32 scales");
 }
 
-TEST(Int8MatmulW4, EveryPackedKernelEqualsTheReference) {
+TEST(Int8MatmulBlocks, ReferenceFollowsTheContract) {
+  std::mt19937 rng(23);
+  for (const int bits : {4, 8})
+    for (const Case& c : kBlockCases) {
+      const DataBlocks d = make_blocks(c, rng, false, bits);
+      for (const bool bias : {true, false}) {
+        std::vector<float> y(static_cast<std::size_t>(c.m * c.n));
+        ref::linear(d.x.data(), c.m, d.w, bias ? d.b.data() : nullptr, y.data());
+        expect_bitwise(y, contract_blocks(d, c, bias),
+                       "reference " + block_name(bits, false) + " " + std::to_string(c.m) + "x" + std::to_string(c.n) +
+                           "x" + std::to_string(c.k));
+      }
+    }
+}
+
+TEST(Int8MatmulBlocks, EveryPackedKernelEqualsTheReference) {
   std::mt19937 rng(29);
   for (const int threads : {1, 2}) {
     set_threads(threads);
-    for (const Case& c : kW4Cases)
-      for (const bool bf16 : {true, false}) {
-        const DataW4 d = make_w4(c, rng, bf16);
-        expect_packed_kernels_match(d.w, d.x, d.b, c, bf16 ? "w4 (bf16 scales)" : "w4 (f32 scales)");
-      }
+    for (const int bits : {4, 8})
+      for (const Case& c : kBlockCases)
+        for (const bool bf16 : {true, false}) {
+          const DataBlocks d = make_blocks(c, rng, bf16, bits);
+          expect_packed_kernels_match(d.w, d.x, d.b, c, block_name(bits, bf16));
+        }
   }
   set_threads(0);
 }
 
-TEST(Int8MatmulW4, KernelSetsRunPreparedMatrices) {
+TEST(Int8MatmulBlocks, KernelSetsRunPreparedMatrices) {
   std::mt19937 rng(31);
-  for (const Case& c : kW4Cases)
-    for (const bool bf16 : {true, false}) {
-      const DataW4 d = make_w4(c, rng, bf16);
-      expect_kernel_sets_match(d.w, d.x, d.b, c, bf16 ? "w4 (bf16 scales)" : "w4 (f32 scales)");
-    }
+  for (const int bits : {4, 8})
+    for (const Case& c : kBlockCases)
+      for (const bool bf16 : {true, false}) {
+        const DataBlocks d = make_blocks(c, rng, bf16, bits);
+        expect_kernel_sets_match(d.w, d.x, d.b, c, block_name(bits, bf16));
+      }
 }
 
-TEST(Int8MatmulW4, ScalesArePackedIn16BitsExactlyWhenAllAreBf16) {
+TEST(Int8MatmulBlocks, ScalesArePackedIn16BitsExactlyWhenAllAreBf16) {
   std::mt19937 rng(37);
   const Case c{1, 33, 64};
-  for (const Int8Kernel* k : int8_kernels_available())
-    for (const bool bf16 : {true, false}) {
-      const DataW4 d = make_w4(c, rng, bf16);
-      const auto packed = pack_i8(d.w, *k);
-      EXPECT_EQ(packed->scales_bf16 != nullptr, bf16) << k->name;
-      EXPECT_EQ(packed->scales != nullptr, !bf16) << k->name;
-    }
+  for (const int bits : {4, 8})
+    for (const Int8Kernel* k : int8_kernels_available())
+      for (const bool bf16 : {true, false}) {
+        const DataBlocks d = make_blocks(c, rng, bf16, bits);
+        const auto packed = pack_i8(d.w, *k);
+        EXPECT_EQ(packed->scales_bf16 != nullptr, bf16) << k->name << " " << bits;
+        EXPECT_EQ(packed->scales != nullptr, !bf16) << k->name << " " << bits;
+      }
+}
+
+// One loud channel costs a per-row activation scale the resolution of every other
+// column; with block scales only its own block's. The same w8 weights, per-row and
+// per-block activation scales, against the f32 product (the weights' quantization is
+// not in question: both read the same q · 0.05).
+TEST(Int8MatmulBlocks, BlockScalesSurviveAnOutlierChannel) {
+  std::mt19937 rng(41);
+  const Case c{4, 64, 256};
+  DataBlocks d = make_blocks(c, rng, true, 8);
+  for (int i = 0; i < c.m; ++i) d.x[static_cast<std::size_t>(i * c.k + 7)] = 2000.0f;  // one channel, every row
+  // Its block's weights are zero, so what is lost is the other columns' resolution alone.
+  for (int r = 0; r < c.n; ++r) std::fill_n(d.q8.begin() + r * c.k, 32, std::int8_t{0});
+  std::vector<float> row_scales(static_cast<std::size_t>(c.n), 0.05f);
+  std::fill(d.sw.begin(), d.sw.end(), 0.05f);
+  WeightMatrix per_row = WeightMatrix::w8(d.q8.data(), row_scales.data(), c.n, c.k);
+  per_row.int8_activations = true;
+  WeightMatrix f32 = d.w;
+  f32.int8_activations = false;
+  std::vector<float> exact(static_cast<std::size_t>(c.m * c.n)), blocks(exact.size()), rows(exact.size());
+  ref::linear(d.x.data(), c.m, f32, nullptr, exact.data());
+  ref::linear(d.x.data(), c.m, d.w, nullptr, blocks.data());
+  ref::linear(d.x.data(), c.m, per_row, nullptr, rows.data());
+  double e_blocks = 0.0, e_rows = 0.0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    e_blocks += std::abs(blocks[i] - exact[i]);
+    e_rows += std::abs(rows[i] - exact[i]);
+  }
+  EXPECT_LT(e_blocks * 10.0, e_rows) << "block " << e_blocks << ", row " << e_rows;
 }
 
 TEST(Int8Matmul, EveryQuantizerEqualsTheReference) {
@@ -348,6 +400,9 @@ TEST(Int8Matmul, PackingRejectsWhatItCannotRun) {
   std::vector<std::uint8_t> nib(8);
   const WeightMatrix w4_odd = WeightMatrix::w4(nib.data(), s_for_w4.data(), 1, 16);  // 16 columns: not a w4 group
   EXPECT_THROW(pack_i8(w4_odd, int8_kernel_portable()), std::exception);
+  std::vector<std::int8_t> q16(16);
+  const WeightMatrix w8b_odd = WeightMatrix::w8_blocks(q16.data(), s_for_w4.data(), 1, 16);  // not a whole block
+  EXPECT_THROW(pack_i8(w8b_odd, int8_kernel_portable()), std::exception);
   std::vector<std::int8_t> q(2);
   std::vector<float> s(1, 1.0f);
   const WeightMatrix wide = WeightMatrix::w8(q.data(), s.data(), 1, kInt8MaxCols + 1);

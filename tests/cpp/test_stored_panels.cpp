@@ -153,7 +153,7 @@ TEST(StoredPanels, BadStoredArraysAreErrorsNamingWhere) {
     expect_error([&] { view_stored_panels(st.s, m.rows, m.cols, k, st.buf, where); }, "64-byte aligned");
   }
   {  // a kernel of another panel height cannot use them in place
-    const Int8Kernel p4{"p4", 4, 0, k.gemm, k.gemm_w4, k.quantize, k.softmax_q8, nullptr};
+    const Int8Kernel p4{"p4", 4, 0, k.gemm, k.gemm_blocks, k.quantize, k.softmax_q8, nullptr};
     Stored st = pack(m);
     expect_error([&] { view_stored_panels(st.s, m.rows, m.cols, p4, st.buf, where); }, "4-row panels");
   }

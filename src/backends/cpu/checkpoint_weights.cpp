@@ -106,8 +106,14 @@ WeightMatrix load_matrix(const Checkpoint& ckpt, const std::string& name, std::i
       return WeightMatrix{.data = t.data, .dtype = t.dtype, .rows = rows, .cols = cols};
     case DType::I8: {
       check_stored_shape(t, name, rows, cols, cols, layout, "I8 (w8)");
-      const float* s = scales_of(ckpt, name, "I8 (w8)", {rows}, "per-row");
-      return WeightMatrix::w8(reinterpret_cast<const std::int8_t*>(t.data), s, rows, cols);
+      const auto* q = reinterpret_cast<const std::int8_t*>(t.data);
+      const TensorView* st = ckpt.find(name + ".scale");
+      if (st != nullptr && cols % kW4GroupSize == 0 &&
+          st->shape == std::vector<std::int64_t>{rows, cols / kW4GroupSize})
+        return WeightMatrix::w8_blocks(q, scales_of(ckpt, name, "I8 (w8)", st->shape, "per-block"), rows, cols);
+      const float* s = scales_of(ckpt, name, "I8 (w8)", {rows},
+                                 cols % kW4GroupSize == 0 ? "per-row (or [rows, cols / 32] per-block)" : "per-row");
+      return WeightMatrix::w8(q, s, rows, cols);
     }
     case DType::U8: {
       if (cols % kW4GroupSize != 0)

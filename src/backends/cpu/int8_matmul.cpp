@@ -41,6 +41,23 @@ void quantize_rows_q8(const float* x, std::int64_t m, std::int64_t k, std::int64
   }
 }
 
+void quantize_blocks_q8(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, std::uint8_t* q,
+                        float* scales, std::int32_t* sums) {
+  const std::int64_t G = k / kW4GroupSize;
+  for (std::int64_t i = 0; i < m; ++i) {
+    // A block is a row of 32 for the per-row quantizer, so the rounding is its, bit for bit.
+    for (std::int64_t g = 0; g < G; ++g)
+      quantize_rows_q8(x + i * k + 32 * g, 1, 32, 32, 0, q + i * ldq + 32 * g, scales + i * G + g);
+    std::memset(q + i * ldq + k, 0, static_cast<std::size_t>(ldq - k));
+    const auto* s8 = reinterpret_cast<const std::int8_t*>(q + i * ldq);
+    for (std::int64_t g = 0; g < G; ++g) {
+      std::int32_t s = 0;
+      for (int t = 0; t < 32; ++t) s += s8[32 * g + t];
+      sums[i * G + g] = s;
+    }
+  }
+}
+
 namespace {
 
 // 64-byte aligned storage; arrays of 2 MiB and more start on a 2 MiB boundary
@@ -85,29 +102,37 @@ void gemm_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, cons
   }
 }
 
-// The w4 contract over the w4 packed layout in plain C++ (P = 16).
-void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
-                      const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
-                      std::int64_t p0, std::int64_t p1) {
+// The block contract over the w4 and block w8 layouts in plain C++ (P = 16).
+void gemm_blocks_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                          const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                          std::int64_t p0, std::int64_t p1) {
   constexpr int P = 16;
+  const std::int64_t G = w.groups, group_bytes = w.bits == 4 ? 256 : 512;
+  const int offset = w.bits == 4 ? 8 : 128;
   for (std::int64_t p = p0; p < p1; ++p) {
     const std::int64_t r0 = p * P, nr = std::min<std::int64_t>(P, w.rows - r0);
     for (std::int64_t i = 0; i < m; ++i) {
       const auto* qi = reinterpret_cast<const std::int8_t*>(q + i * ldq);
       float acc[P] = {};
-      for (std::int64_t g = 0; g < w.groups; ++g) {
-        const auto* blk = reinterpret_cast<const std::uint8_t*>(w.data.get()) + (p * w.groups + g) * 256;
+      for (std::int64_t g = 0; g < G; ++g) {
+        const auto* blk = reinterpret_cast<const std::uint8_t*>(w.data.get()) + (p * G + g) * group_bytes;
         std::int32_t isum[P] = {};
-        for (int j = 0; j < 4; ++j)
-          for (int jr = 0; jr < P; ++jr)
+        for (int jr = 0; jr < P; ++jr)
+          for (int j = 0; j < 4; ++j)
             for (int t = 0; t < 4; ++t) {
-              const std::uint8_t b = blk[j * 64 + jr * 4 + t];
-              isum[jr] += (b & 0xF) * qi[32 * g + 8 * j + t] + (b >> 4) * qi[32 * g + 8 * j + 4 + t];
+              if (w.bits == 4) {
+                const std::uint8_t b = blk[j * 64 + jr * 4 + t];
+                isum[jr] += (b & 0xF) * qi[32 * g + 8 * j + t] + (b >> 4) * qi[32 * g + 8 * j + 4 + t];
+              } else {
+                isum[jr] += blk[j * 64 + jr * 4 + t] * qi[32 * g + 4 * j + t] +
+                            blk[(j + 4) * 64 + jr * 4 + t] * qi[32 * g + 4 * (j + 4) + t];
+              }
             }
-        const std::int64_t s0 = (p * w.groups + g) * P;
+        const std::int64_t s0 = (p * G + g) * P;
+        const float si = sx[i * G + g];
         for (int jr = 0; jr < P; ++jr) {
           const float sw = w.scales_bf16 ? bf16_to_f32(w.scales_bf16.get()[s0 + jr]) : w.scales.get()[s0 + jr];
-          acc[jr] = std::fma(static_cast<float>(isum[jr] - 8 * xsum[i * w.groups + g]), sx[i] * sw, acc[jr]);
+          acc[jr] = std::fma(static_cast<float>(isum[jr] - offset * xsum[i * G + g]), si * sw, acc[jr]);
         }
       }
       for (std::int64_t jr = 0; jr < nr; ++jr) y[i * ldy + r0 + jr] = acc[jr] + (bias ? bias[r0 + jr] : 0.0f);
@@ -115,7 +140,7 @@ void gemm_w4_portable(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, c
   }
 }
 
-const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_w4_portable, quantize_rows_q8, softmax_q8_row,
+const Int8Kernel kPortable{"portable", 16, 0, gemm_portable, gemm_blocks_portable, quantize_rows_q8, softmax_q8_row,
                            nullptr,    1,  1};
 
 }  // namespace
@@ -147,9 +172,25 @@ const Int8Kernel& int8_kernel_best() {
 
 namespace {
 
-// w4 (two's complement nibbles, [rows, cols / 2] bytes) into the w4 panel layout.
-std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel& kernel) {
-  if (w.cols % kW4GroupSize != 0) fail("pack_i8: a w4 matrix needs a multiple of 32 columns, not ", w.cols);
+// The byte at (row jr, t) of vector j of one panel-group in the block layouts
+// (int8_matmul.hpp) for row r of w (r < rows), group g.
+std::uint8_t block_layout_byte(const WeightMatrix& w, std::int64_t r, std::int64_t g, int j, int t) {
+  if (w.dtype == DType::I8) return static_cast<std::uint8_t>(w8_at(w, r, 32 * g + 4 * j + t) + 128);
+  const auto* src = static_cast<const std::uint8_t*>(w.data);
+  const std::int64_t half = w.cols / 2, c_lo = 32 * g + 8 * j + t, c_hi = c_lo + 4;
+  const int lo = w4_nibble(src[r * half + c_lo / 2], static_cast<int>(c_lo & 1)) + 8;
+  const int hi = w4_nibble(src[r * half + c_hi / 2], static_cast<int>(c_hi & 1)) + 8;
+  return static_cast<std::uint8_t>(lo | (hi << 4));
+}
+
+// A block-scaled matrix (w4: two's complement nibbles, [rows, cols / 2] bytes; w8
+// with block scales) into its panel layout, its scales in 16 bits when all are bf16.
+std::shared_ptr<const PackedI8> pack_blocks(const WeightMatrix& w, const Int8Kernel& kernel) {
+  const bool w8 = w.dtype == DType::I8;
+  if (w.cols % kW4GroupSize != 0)
+    fail("pack_i8: a ", w8 ? "w8 matrix with block scales" : "w4 matrix", " needs a multiple of 32 columns, not ",
+         w.cols);
+  if (w.panel_form) fail("pack_i8: a panel-form w8 matrix has one scale per row, not per block");
   constexpr int P = 16;
   auto out = std::make_shared<PackedI8>();
   out->rows = w.rows;
@@ -158,13 +199,15 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
   out->panels = (w.rows + P - 1) / P;
   out->panel = P;
   out->kernel = &kernel;
-  out->bits = 4;
+  out->bits = w8 ? 8 : 4;
   out->groups = w.cols / kW4GroupSize;
   const std::int64_t G = out->groups;
+  const int vectors = w8 ? 8 : 4;
+  const std::uint8_t pad = w8 ? 0x80 : 0x88;  // the unsigned form of 0
   const std::int64_t n_scales = w.rows * G;
   bool bf16 = true;
   for (std::int64_t i = 0; i < n_scales && bf16; ++i) bf16 = bf16_to_f32(f32_to_bf16(w.scales[i])) == w.scales[i];
-  out->data = aligned_array<std::int8_t>(out->panels * G * 256);
+  out->data = aligned_array<std::int8_t>(out->panels * G * vectors * 64);
   if (bf16)
     out->scales_bf16 = aligned_array<std::uint16_t>(out->panels * G * P);
   else
@@ -172,8 +215,7 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
   auto* dst = reinterpret_cast<std::uint8_t*>(out->data.get());
   float* scales = out->scales.get();
   std::uint16_t* scales16 = out->scales_bf16.get();
-  const auto* src = static_cast<const std::uint8_t*>(w.data);
-  const std::int64_t rows = w.rows, half = w.cols / 2;
+  const std::int64_t rows = w.rows;
   parallel_for(out->panels, 1, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t p = b; p < e; ++p)
       for (int jr = 0; jr < P; ++jr) {
@@ -184,17 +226,9 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
             scales16[(p * G + g) * P + jr] = f32_to_bf16(sw);
           else
             scales[(p * G + g) * P + jr] = sw;
-          for (int j = 0; j < 4; ++j)
-            for (int t = 0; t < 4; ++t) {
-              std::uint8_t byte = 0x88;  // both nibbles 0 + 8 past the last row
-              if (r < rows) {
-                const std::int64_t c_lo = 32 * g + 8 * j + t, c_hi = c_lo + 4;
-                const int lo = w4_nibble(src[r * half + c_lo / 2], static_cast<int>(c_lo & 1)) + 8;
-                const int hi = w4_nibble(src[r * half + c_hi / 2], static_cast<int>(c_hi & 1)) + 8;
-                byte = static_cast<std::uint8_t>(lo | (hi << 4));
-              }
-              dst[(p * G + g) * 256 + j * 64 + jr * 4 + t] = byte;
-            }
+          std::uint8_t* blk = dst + (p * G + g) * vectors * 64;
+          for (int j = 0; j < vectors; ++j)
+            for (int t = 0; t < 4; ++t) blk[j * 64 + jr * 4 + t] = r < rows ? block_layout_byte(w, r, g, j, t) : pad;
         }
       }
   });
@@ -204,7 +238,7 @@ std::shared_ptr<const PackedI8> pack_w4(const WeightMatrix& w, const Int8Kernel&
 }  // namespace
 
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel) {
-  if (w.dtype == DType::U8 && w.scales != nullptr) return pack_w4(w, kernel);
+  if (w.scales != nullptr && has_block_scales(w)) return pack_blocks(w, kernel);
   auto out = std::make_shared<PackedI8>();
   pack_i8_into(w, kernel, *out);
   return out;
@@ -236,6 +270,7 @@ void shape_i8(std::int64_t rows, std::int64_t cols, const Int8Kernel& kernel, Pa
 void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out) {
   if (w.dtype != DType::I8 || w.scales == nullptr)
     fail("pack_i8: a ", weight_format_name(w), " matrix is neither w8 nor w4");
+  if (w.block_scales) fail("pack_i8_into: a w8 matrix with block scales takes pack_i8");
   shape_i8(w.rows, w.cols, kernel, out);
   const int P = kernel.panel;
   const auto* src = static_cast<const std::int8_t*>(w.data);
@@ -272,45 +307,34 @@ void pack_i8_into(const WeightMatrix& w, const Int8Kernel& kernel, PackedI8& out
   });
 }
 
-namespace {
-
-// sums[g] = Σ of the signed bytes q[32g .. 32g + 31].
-void group_sums(const std::uint8_t* q, std::int64_t groups, std::int32_t* sums) {
-  const auto* s8 = reinterpret_cast<const std::int8_t*>(q);
-  for (std::int64_t g = 0; g < groups; ++g) {
-    std::int32_t s = 0;
-    for (int t = 0; t < 32; ++t) s += s8[32 * g + t];
-    sums[g] = s;
-  }
-}
-
-}  // namespace
-
 void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const float* bias, float* y,
                       const BlockStep* step) {
   const Int8Kernel& k = *w.kernel;
-  const int offset = w.bits == 4 ? 0 : k.offset;       // w4 kernels take signed activations
-  const std::int64_t ldq = (w.k4 * 4 + 63) / 64 * 64;  // rows start on cache lines
+  const bool blocks = w.block_scaled();  // activations per block, signed
+  const int offset = blocks ? 0 : k.offset;
+  const std::int64_t ldq = (w.k4 * 4 + 63) / 64 * 64;   // rows start on cache lines
+  const std::int64_t n_scales = blocks ? w.groups : 1;  // per activation row
   // Grows to the largest call once (the prefill chunk), then is reused: the
   // decode loop allocates nothing here.
   thread_local std::vector<std::uint8_t> q;
   thread_local std::vector<float> sx;
+  thread_local std::vector<std::int32_t> xsum;  // block-scaled: [m, groups]
   if (q.size() < static_cast<std::size_t>(m * ldq + 64)) q.resize(static_cast<std::size_t>(m * ldq + 64));
-  if (sx.size() < static_cast<std::size_t>(m)) sx.resize(static_cast<std::size_t>(m));
-  const std::int64_t rows_per_task = std::max<std::int64_t>(1, 64 / std::max<std::int64_t>(1, m));
-  thread_local std::vector<std::int32_t> xsum;  // w4: [m, groups]
+  if (sx.size() < static_cast<std::size_t>(m * n_scales)) sx.resize(static_cast<std::size_t>(m * n_scales));
   if (xsum.size() < static_cast<std::size_t>(m * w.groups)) xsum.resize(static_cast<std::size_t>(m * w.groups));
+  const std::int64_t rows_per_task = std::max<std::int64_t>(1, 64 / std::max<std::int64_t>(1, m));
   // (The buffers are this thread's: workers get their pointers, not their own thread_locals.)
   // Rows on cache lines (AMX reads 64-byte rows; a split row costs two loads).
   std::uint8_t* qp = q.data() + (64 - reinterpret_cast<std::uintptr_t>(q.data()) % 64) % 64;
   float* sp = sx.data();
   std::int32_t* xs = xsum.data();
   parallel_for(m, rows_per_task, [&](std::int64_t b, std::int64_t e) {
-    k.quantize(x + b * w.cols, e - b, w.cols, ldq, offset, qp + b * ldq, sp + b);
-    if (w.bits == 4)
-      for (std::int64_t i = b; i < e; ++i) group_sums(qp + i * ldq, w.groups, xs + i * w.groups);
+    if (blocks)
+      quantize_blocks_q8(x + b * w.cols, e - b, w.cols, ldq, qp + b * ldq, sp + b * n_scales, xs + b * w.groups);
+    else
+      k.quantize(x + b * w.cols, e - b, w.cols, ldq, offset, qp + b * ldq, sp + b);
   });
-  const auto gemm_w4 = k.gemm_w4 != nullptr ? k.gemm_w4 : gemm_w4_portable;
+  const auto gemm_blocks = k.gemm_blocks != nullptr ? k.gemm_blocks : gemm_blocks_portable;
   // With a step, a piece's rows go in blocks of kStepRows, each handed to the
   // step as soon as it is done: a whole piece's output (up to 1,024 rows a few
   // cache lines wide, rows 4 to 16 KiB apart) does not stay in cache, such a
@@ -326,8 +350,9 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
     const std::int64_t c0 = b * w.panel, c1 = std::min(e * w.panel, w.rows);
     for (std::int64_t i0 = 0; i0 < m; i0 += block) {
       const std::int64_t rows = std::min(block, m - i0);
-      if (w.bits == 4)
-        gemm_w4(qp + i0 * ldq, ldq, rows, sp + i0, xs + i0 * w.groups, w, bias, y + i0 * w.rows, w.rows, b, e);
+      if (blocks)
+        gemm_blocks(qp + i0 * ldq, ldq, rows, sp + i0 * n_scales, xs + i0 * w.groups, w, bias, y + i0 * w.rows, w.rows,
+                    b, e);
       else
         k.gemm(qp + i0 * ldq, ldq, rows, sp + i0, w, bias, y + i0 * w.rows, w.rows, b, e);
       if (step != nullptr) step->run(step->ctx, i0, i0 + rows, c0, c1);
@@ -347,8 +372,8 @@ void linear_i8_packed(const float* x, std::int64_t m, const PackedI8& w, const f
   // Several rows: pieces of about 256 KiB of panels (the kernels' L2 block), a
   // whole number of the kernel's full-width tiles, shared out as threads come
   // free (thread_pool.hpp: parallel_for_pieces).
-  const std::int64_t panel_bytes = w.bits == 4 ? w.groups * 256 : w.k4 * w.panel * 4;
-  const std::int64_t tile = std::max(1, w.bits == 4 ? k.tile_panels_w4 : k.tile_panels);
+  const std::int64_t panel_bytes = blocks ? w.groups * (w.bits == 4 ? 256 : 512) : w.k4 * w.panel * 4;
+  const std::int64_t tile = std::max(1, blocks ? k.tile_panels_blocks : k.tile_panels);
   const std::int64_t piece =
       std::max<std::int64_t>(tile, (std::int64_t{256} << 10) / std::max<std::int64_t>(1, panel_bytes) / tile * tile);
   parallel_for_pieces(w.panels, piece, panels);

@@ -43,16 +43,25 @@ void quantize_rows_q8(const float* x, std::int64_t m, std::int64_t k, std::int64
 
 struct Int8Kernel;
 
-// w4 matrices take the int8 path too (same activation rows, signed: offset 0),
-// with the sum split at w4's groups of 32 columns:
+// Block-scaled matrices (w4, and w8 with block scales: a scale per row and group of
+// 32 columns, cols % 32 == 0) take the int8 path with their activations quantized
+// per block of 32 columns too, as llama.cpp's Q8_0 does: one loud channel then
+// costs only its own block's resolution, not the whole row's.
+//   amax_ig = max_{k in group g} |x[i, k]|;  sx[i, g] = amax_ig / 127 (0 for a zero block)
+//   qx[i, k] = clamp(nearbyint(x[i, k] · (127 / amax_ig)), −127, 127)   (k in group g)
 //   isum[i, r, g] = Σ_{k in group g} qx[i, k] · qw[r, k]               (exact, int32)
-//   acc = 0;  for g in order: acc = fma(float(isum[i, r, g]), sx_i · sw[r, g], acc)
+//   acc = 0;  for g in order: acc = fma(float(isum[i, r, g]), sx[i, g] · sw[r, g], acc)
 //   y[i, r] = acc + (bias[r] or 0)
-// Packed (P = 16 rows per panel, cols % 32 == 0), for panel p and group g, four
-// 64-byte vectors j = 0..3; byte (row jr, t) of vector j holds
-//   (qw[r, 32g + 8j + t] + 8) | (qw[r, 32g + 8j + 4 + t] + 8) << 4
-// i.e. nibbles stored as unsigned 0..15, so a kernel can multiply them as the
-// unsigned operand and subtract 8 · Σ_{k in g} qx[i, k] (the activation's group sum).
+// The activations are signed (offset 0); xsum[i, g] = Σ_{k in g} qx[i, k] lets a
+// kernel multiply the weights as unsigned bytes and take the offset off per block.
+// Packed (P = 16 rows per panel), for panel p and group g, one run of bytes:
+//   w4: four 64-byte vectors j = 0..3; byte (row jr, t) of vector j holds
+//       (qw[r, 32g + 8j + t] + 8) | (qw[r, 32g + 8j + 4 + t] + 8) << 4
+//       i.e. nibbles stored as unsigned 0..15 (a kernel subtracts 8 · xsum[i, g]);
+//   w8: eight 64-byte vectors j = 0..7; byte (row jr, t) of vector j holds
+//       qw[r, 32g + 4j + t] + 128, unsigned (a kernel subtracts 128 · xsum[i, g],
+//       or flips the top bit back to int8);
+// zero weights past the last row, and the scales sw[r, g] at [panels, groups, 16].
 
 // A w8 matrix repacked into panels for one Int8Kernel (see the layout above).
 struct PackedI8 {
@@ -64,23 +73,25 @@ struct PackedI8 {
   std::shared_ptr<std::int8_t> data;       // [panels, k4, panel, 4], 64-byte aligned
   std::shared_ptr<std::int32_t> row_sums;  // [panels · panel]: Σ_k qw[r, k] (for offset activations)
   std::shared_ptr<float> scales;           // w8: [panels · panel]: sw_r, 0 past the last row;
-                                           // w4: [panels, groups, panel]: sw[r, g], 0 past the last row
-                                           //     (null when scales_bf16 holds them)
-  // w4 whose every sw is a bf16 value (what qhx_export writes, docs/bundle.md):
+                                           // block-scaled: [panels, groups, panel]: sw[r, g], 0 past
+                                           //     the last row (null when scales_bf16 holds them)
+  // Block scales that are all bf16 values (what qhx_export writes, docs/bundle.md):
   // the same [panels, groups, panel] in 16 bits, so decode streams 4.5 bits per
-  // weight instead of 5. The values, and so the contract's results, are identical.
+  // weight instead of 5 (w4), 8.5 instead of 9 (w8). The values, and so the
+  // contract's results, are identical.
   std::shared_ptr<std::uint16_t> scales_bf16;
-  int bits = 8;             // 8: w8 layout; 4: w4 layout (above)
-  std::int64_t groups = 0;  // w4: cols / 32
+  int bits = 8;             // 8: w8; 4: w4 (layouts above)
+  std::int64_t groups = 0;  // block-scaled (w4, w8 with block scales): cols / 32; else 0
+  bool block_scaled() const { return groups > 0; }
 };
 
-// A w4 matrix's packed scales in the form they are kept: w4_scales(w, (const S*)
-// nullptr) for S = float or std::uint16_t (bf16 bits); with_w4_scale_type calls
-// f(S{}) with the form w has, so a kernel is written once, templated on S.
-inline const float* w4_scales(const PackedI8& w, const float*) { return w.scales.get(); }
-inline const std::uint16_t* w4_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
+// A block-scaled matrix's packed scales in the form they are kept: block_scales(w,
+// (const S*) nullptr) for S = float or std::uint16_t (bf16 bits); with_block_scale_type
+// calls f(S{}) with the form w has, so a kernel is written once, templated on S.
+inline const float* block_scales(const PackedI8& w, const float*) { return w.scales.get(); }
+inline const std::uint16_t* block_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
 template <class F>
-void with_w4_scale_type(const PackedI8& w, F&& f) {
+void with_block_scale_type(const PackedI8& w, F&& f) {
   if (w.scales_bf16)
     f(std::uint16_t{});
   else
@@ -96,10 +107,11 @@ struct Int8Kernel {
   int offset;  // 0: activations as int8; 128: as q + 128 in uint8
   void (*gemm)(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const PackedI8& w,
                const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1);
-  // The w4 product (layout above) for panels [p0, p1): q signed [m, ldq],
-  // xsum [m, groups] the group sums of q. Null: the portable one.
-  void (*gemm_w4)(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
-                  const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1);
+  // The block-scaled product (w4 or w8, layouts above) for panels [p0, p1): q signed
+  // [m, ldq], sx and xsum [m, groups] the block scales and sums of q. Null: the portable one.
+  void (*gemm_blocks)(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                      const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                      std::int64_t p0, std::int64_t p1);
   // quantize_rows_q8 with this kernel's offset, bit for bit (a vectorized one,
   // or quantize_rows_q8 itself).
   void (*quantize)(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, int offset, std::uint8_t* q,
@@ -114,13 +126,13 @@ struct Int8Kernel {
   // Called only with d % 4 == 0.
   void (*pack_kv)(const float* k, const float* v, std::int64_t n, std::int64_t d, std::int64_t stride, PackedI8& kp,
                   PackedI8& vp);
-  // Panels one full-width tile of `gemm` and of `gemm_w4` covers (their for_each_tile's
+  // Panels one full-width tile of `gemm` and of `gemm_blocks` covers (their for_each_tile's
   // max_nr). linear_i8_packed hands the threads runs of panels in multiples of these:
   // a run that is not leaves narrow edge tiles, which load the activations as often
   // for a third or half of the products (vision's fc2 lost a quarter of its panels to
   // one-panel tiles with runs of 4 where 3 is a whole tile).
   int tile_panels = 1;
-  int tile_panels_w4 = 1;
+  int tile_panels_blocks = 1;
 };
 
 // Plain C++ over the packed layout, any CPU (P = 16, signed activations).
@@ -132,6 +144,11 @@ const Int8Kernel& int8_kernel_portable();
 const Int8Kernel& int8_kernel_best();
 // Every implementation this CPU can run (for the shared kernel suite).
 std::vector<const Int8Kernel*> int8_kernels_available();
+
+// Quantizes x [m, k] (k % 32 == 0) per block of 32 columns as the block contract says:
+// q signed [m, ldq] (zero past k), scales and sums [m, k / 32].
+void quantize_blocks_q8(const float* x, std::int64_t m, std::int64_t k, std::int64_t ldq, std::uint8_t* q,
+                        float* scales, std::int32_t* sums);
 
 // Repacks w (a w8 or w4 matrix) for `kernel`. Throws qhx::Error if w is neither or too wide.
 std::shared_ptr<const PackedI8> pack_i8(const WeightMatrix& w, const Int8Kernel& kernel);

@@ -173,9 +173,16 @@ const Int8Kernel* int8_kernel_amx() {
     const Int8Kernel* vnni = int8_kernel_avx512vnni();
     if (vnni == nullptr || !amx_usable()) return nullptr;
     g_vnni = vnni;
-    static const Int8Kernel amx{
-        "amx",         kP, vnni->offset,        gemm, vnni->gemm_w4, vnni->quantize, vnni->softmax_q8,
-        vnni->pack_kv, 2,  vnni->tile_panels_w4};
+    static const Int8Kernel amx{"amx",
+                                kP,
+                                vnni->offset,
+                                gemm,
+                                vnni->gemm_blocks,
+                                vnni->quantize,
+                                vnni->softmax_q8,
+                                vnni->pack_kv,
+                                2,
+                                vnni->tile_panels_blocks};
     return &amx;
   }();
   return k;

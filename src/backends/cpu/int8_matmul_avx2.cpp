@@ -137,6 +137,105 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
                 });
 }
 
+// ---- block-scaled: w4 and w8 (layouts in int8_matmul.hpp) -----------------
+// A 64-byte vector of a group is two ymm: rows 0-7 and 8-15, 4 bytes each. w4's
+// nibbles are unsigned 0..15, vpmaddubsw's unsigned operand as they are (a pair
+// is at most 2 · 15 · 127), and 8 · (the activations' block sum) comes off after
+// the group; w8's bytes q + 128 become signed q by flipping their top bit and
+// take the sign trick above. The group's sums are scaled as the contract says.
+inline __m256 load_block_scales8(const float* s) { return _mm256_load_ps(s); }
+inline __m256 load_block_scales8(const std::uint16_t* s) {  // bf16: widened exactly by a shift
+  const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(s));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Half h (rows 8h .. 8h + 7) of group g's k4 step j in the panel at `base`:
+// w4 as unsigned bytes, w8 as signed ones.
+template <int Bits>
+inline __m256i block_weights(const std::uint8_t* base, std::int64_t g, int j, int h) {
+  if constexpr (Bits == 8) {
+    const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(base + g * 512 + j * 64 + h * 32));
+    return _mm256_xor_si256(raw, _mm256_set1_epi8(static_cast<char>(0x80)));
+  } else {
+    const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(base + g * 256 + (j / 2) * 64 + h * 32));
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    return (j & 1) == 0 ? _mm256_and_si256(raw, nib) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), nib);
+  }
+}
+
+template <int Bits, class S, int MR>
+void tile_blocks(const std::uint8_t* q, std::int64_t ldq, const float* sx, const std::int32_t* xsum, const PackedI8& w,
+                 const float* bias, float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+  constexpr int kOffset = Bits == 4 ? 8 : 0;
+  const std::int64_t G = w.groups;
+  const auto* base = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * Bits * 64;
+  const S* scales = block_scales(w, static_cast<const S*>(nullptr)) + p * G * kP;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 facc[MR][2];
+  for (int i = 0; i < MR; ++i) facc[i][0] = facc[i][1] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < G; ++g) {
+    __m256i acc[MR][2];
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w0 = block_weights<Bits>(base, g, j, 0), w1 = block_weights<Bits>(base, g, j, 1);
+      for (int i = 0; i < MR; ++i) {
+        const __m256i a = broadcast4(q + (i0 + i) * ldq + 32 * g + 4 * j);
+        if constexpr (Bits == 8) {
+          const __m256i abs_a = _mm256_abs_epi8(a);
+          acc[i][0] = dot4(acc[i][0], abs_a, a, w0, ones);
+          acc[i][1] = dot4(acc[i][1], abs_a, a, w1, ones);
+        } else {
+          acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, a), ones));
+          acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, a), ones));
+        }
+      }
+    }
+    const __m256 sw0 = load_block_scales8(scales + g * kP), sw1 = load_block_scales8(scales + g * kP + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256i corr = _mm256_set1_epi32(kOffset * xsum[(i0 + i) * G + g]);
+      const __m256 si = _mm256_set1_ps(sx[(i0 + i) * G + g]);
+      facc[i][0] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i][0], corr)), _mm256_mul_ps(si, sw0), facc[i][0]);
+      facc[i][1] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i][1], corr)), _mm256_mul_ps(si, sw1), facc[i][1]);
+    }
+  }
+  const std::int64_t r0 = p * kP;
+  const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+  alignas(32) float bb[kP] = {};
+  if (bias != nullptr)
+    for (std::int64_t t = 0; t < valid; ++t) bb[t] = bias[r0 + t];
+  for (int i = 0; i < MR; ++i) {
+    alignas(32) float out[kP];
+    _mm256_store_ps(out, _mm256_add_ps(facc[i][0], _mm256_load_ps(bb)));
+    _mm256_store_ps(out + 8, _mm256_add_ps(facc[i][1], _mm256_load_ps(bb + 8)));
+    std::memcpy(y + (i0 + i) * ldy + r0, out, static_cast<std::size_t>(valid) * sizeof(float));
+  }
+}
+
+template <int Bits, class S>
+void gemm_blocks_typed(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                       const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                       std::int64_t p0, std::int64_t p1) {
+  for_each_tile(m, p0, p1, w.groups * Bits * 64, 2, 1,
+                [&](std::int64_t mr, std::int64_t, std::int64_t p, std::int64_t i0) {
+                  if (mr == 2)
+                    tile_blocks<Bits, S, 2>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                  else
+                    tile_blocks<Bits, S, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                });
+}
+
+void gemm_blocks(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+                 const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  with_block_scale_type(w, [&](auto s) {
+    if (w.bits == 4)
+      gemm_blocks_typed<4, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+    else
+      gemm_blocks_typed<8, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  });
+}
+
 }  // namespace
 }  // namespace qhx::cpu
 
@@ -150,8 +249,8 @@ namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_avx2() {
   // Activation quantization and the softmax step are the portable ones, bit for bit
-  // by definition; w4 matrices take the portable w4 product (gemm_w4 null).
-  static const Int8Kernel k{"avx2", kP, 0, gemm, nullptr, quantize_rows_q8, softmax_q8_row, nullptr, 1, 1};
+  // by definition.
+  static const Int8Kernel k{"avx2", kP, 0, gemm, gemm_blocks, quantize_rows_q8, softmax_q8_row, nullptr, 1, 1};
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok ? &k : nullptr;
 }

@@ -340,26 +340,40 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
                 });
 }
 
-// ---- w4 (layout in int8_matmul.hpp) -----------------------------------------
+// ---- block-scaled: w4 and w8 with block scales (layouts in int8_matmul.hpp) ----
 // A panel-group's 16 scales as f32, from either form PackedI8 keeps them in
 // (S = float, or std::uint16_t: bf16, widened exactly by a shift; int8_matmul.hpp).
-inline __m512 load_w4_scales(const float* s) { return _mm512_load_ps(s); }
-inline __m512 load_w4_scales(const std::uint16_t* s) {
+inline __m512 load_block_scales(const float* s) { return _mm512_load_ps(s); }
+inline __m512 load_block_scales(const std::uint16_t* s) {
   const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Per group of 32 columns: the nibbles of one 64-byte vector split into two
-// vectors of unsigned bytes (k4 steps 2j and 2j + 1), multiplied as vpdpbusd's
-// unsigned operand by broadcast signed activations; then 8 · (group sum of the
-// activations) comes off, and the group's int32 sums are scaled into f32.
-template <class S, int MR, int NR>
-__attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::int64_t ldq, const float* sx,
-                                                   const std::int32_t* xsum, const PackedI8& w, const float* bias,
-                                                   float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+// The unsigned weight bytes of group g's k4 step j (columns 32g + 4j .. + 3) of panel p,
+// for 16 rows: w8 stores them so; w4 holds steps 2v and 2v + 1 in the low and high
+// nibbles of its vector v.
+template <int Bits>
+inline __m512i block_weights(const std::uint8_t* base, std::int64_t G, std::int64_t p, std::int64_t g, int j) {
+  if constexpr (Bits == 8) {
+    return _mm512_load_si512(base + (p * G + g) * 512 + j * 64);
+  } else {
+    const __m512i raw = _mm512_load_si512(base + (p * G + g) * 256 + (j / 2) * 64);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    return (j & 1) == 0 ? _mm512_and_si512(raw, nib) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+  }
+}
+
+// Per group of 32 columns: 8 k4 steps of unsigned weight bytes multiplied as
+// vpdpbusd's unsigned operand by broadcast signed activations; then the offset
+// (8 or 128) times the block's activation sum comes off, and the group's int32
+// sums are scaled into f32 by sx[i, g] · sw[r, g].
+template <int Bits, class S, int MR, int NR>
+__attribute__((always_inline)) inline void tile_blocks(const std::uint8_t* q, std::int64_t ldq, const float* sx,
+                                                       const std::int32_t* xsum, const PackedI8& w, const float* bias,
+                                                       float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+  constexpr int kOffset = Bits == 4 ? 8 : 128;
   const std::int64_t G = w.groups;
   const auto* base = reinterpret_cast<const std::uint8_t*>(w.data.get());
-  const __m512i nib = _mm512_set1_epi8(0x0F);
   __m512 facc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int jn = 0; jn < NR; ++jn) facc[i][jn] = _mm512_setzero_ps();
@@ -367,32 +381,23 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
     __m512i acc[MR][NR];
     for (int i = 0; i < MR; ++i)
       for (int jn = 0; jn < NR; ++jn) acc[i][jn] = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      __m512i lo[NR], hi[NR];
-      for (int jn = 0; jn < NR; ++jn) {
-        const __m512i raw = _mm512_load_si512(base + ((p + jn) * G + g) * 256 + j * 64);
-        lo[jn] = _mm512_and_si512(raw, nib);
-        hi[jn] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
-      }
+    for (int j = 0; j < 8; ++j) {
+      __m512i wv[NR];
+      for (int jn = 0; jn < NR; ++jn) wv[jn] = block_weights<Bits>(base, G, p + jn, g, j);
       for (int i = 0; i < MR; ++i) {
-        std::int32_t a0, a1;
-        std::memcpy(&a0, q + (i0 + i) * ldq + 32 * g + 8 * j, 4);
-        std::memcpy(&a1, q + (i0 + i) * ldq + 32 * g + 8 * j + 4, 4);
-        const __m512i v0 = _mm512_set1_epi32(a0), v1 = _mm512_set1_epi32(a1);
-        for (int jn = 0; jn < NR; ++jn) {
-          acc[i][jn] = _mm512_dpbusd_epi32(acc[i][jn], lo[jn], v0);
-          acc[i][jn] = _mm512_dpbusd_epi32(acc[i][jn], hi[jn], v1);
-        }
+        std::int32_t a;
+        std::memcpy(&a, q + (i0 + i) * ldq + 32 * g + 4 * j, 4);
+        const __m512i v = _mm512_set1_epi32(a);
+        for (int jn = 0; jn < NR; ++jn) acc[i][jn] = _mm512_dpbusd_epi32(acc[i][jn], wv[jn], v);
       }
     }
     for (int i = 0; i < MR; ++i) {
-      const __m512i corr = _mm512_set1_epi32(8 * xsum[(i0 + i) * G + g]);
-      const __m512 si = _mm512_set1_ps(sx[i0 + i]);
+      const __m512i corr = _mm512_set1_epi32(kOffset * xsum[(i0 + i) * G + g]);
+      const __m512 si = _mm512_set1_ps(sx[(i0 + i) * G + g]);
       for (int jn = 0; jn < NR; ++jn) {
         const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][jn], corr));
-        const S* sw = w4_scales(w, static_cast<const S*>(nullptr)) + ((p + jn) * G + g) * kP;
-        const __m512 sc = _mm512_mul_ps(si, load_w4_scales(sw));
-        facc[i][jn] = _mm512_fmadd_ps(v, sc, facc[i][jn]);
+        const S* sw = block_scales(w, static_cast<const S*>(nullptr)) + ((p + jn) * G + g) * kP;
+        facc[i][jn] = _mm512_fmadd_ps(v, _mm512_mul_ps(si, load_block_scales(sw)), facc[i][jn]);
       }
     }
   }
@@ -403,6 +408,15 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
     const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
     for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + r0, mask, _mm512_add_ps(facc[i][jn], bv));
   }
+}
+
+// y[r0 .. r0 + valid) of panel p from its finished f32 sums.
+inline void store_panel_m1(__m512 f, const PackedI8& w, const float* bias, float* y, std::int64_t p) {
+  const std::int64_t r0 = p * kP;
+  const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
+  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+  const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
+  _mm512_mask_storeu_ps(y + r0, mask, _mm512_add_ps(f, bv));
 }
 
 #define QHX_DP(acc, a, b) asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
@@ -420,9 +434,8 @@ __attribute__((always_inline)) inline void panel_w4_m1(const std::uint8_t* q, co
                                                        const PackedI8& w, const float* bias, float* y, std::int64_t p) {
   const std::int64_t G = w.groups;
   const auto* b = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * 256;
-  const S* sp = w4_scales(w, static_cast<const S*>(nullptr)) + p * G * kP;
+  const S* sp = block_scales(w, static_cast<const S*>(nullptr)) + p * G * kP;
   const __m512i nib = _mm512_set1_epi8(0x0F), nib_hi = _mm512_set1_epi8(static_cast<char>(0xF0));
-  const __m512 si = _mm512_set1_ps(sx[0]);
   __m512 f = _mm512_setzero_ps();
   for (std::int64_t g = 0; g < G; ++g) {
     const std::uint8_t* bg = b + g * 256;
@@ -439,44 +452,78 @@ __attribute__((always_inline)) inline void panel_w4_m1(const std::uint8_t* q, co
     }
     const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(lo, lo2), _mm512_srai_epi32(_mm512_add_epi32(hi, hi2), 4));
     const __m512i corr = _mm512_set1_epi32(8 * xsum[g]);
-    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr)), _mm512_mul_ps(si, load_w4_scales(sp + g * kP)),
-                        f);
+    const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(sx[g]), load_block_scales(sp + g * kP));
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, corr)), sc, f);
   }
-  const std::int64_t r0 = p * kP;
-  const std::int64_t valid = w.rows - r0 < kP ? w.rows - r0 : kP;
-  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-  const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + r0) : _mm512_setzero_ps();
-  _mm512_mask_storeu_ps(y + r0, mask, _mm512_add_ps(f, bv));
+  store_panel_m1(f, w, bias, y, p);
+}
+
+// Decode over one block-scaled w8 panel: the same single stream, 512 bytes per
+// group in two independent chains of four vpdpbusd.
+template <class S>
+__attribute__((always_inline)) inline void panel_w8b_m1(const std::uint8_t* q, const float* sx,
+                                                        const std::int32_t* xsum, const PackedI8& w, const float* bias,
+                                                        float* y, std::int64_t p) {
+  const std::int64_t G = w.groups;
+  const auto* b = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * 512;
+  const S* sp = block_scales(w, static_cast<const S*>(nullptr)) + p * G * kP;
+  __m512 f = _mm512_setzero_ps();
+  for (std::int64_t g = 0; g < G; ++g) {
+    const std::uint8_t* bg = b + g * 512;
+    for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(bg + 4096 + l * 64), _MM_HINT_T0);
+    std::int32_t a[8];
+    std::memcpy(a, q + 32 * g, 32);
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+    for (int j = 0; j < 8; j += 2) {
+      QHX_DP(s0, _mm512_load_si512(bg + j * 64), _mm512_set1_epi32(a[j]));
+      QHX_DP(s1, _mm512_load_si512(bg + j * 64 + 64), _mm512_set1_epi32(a[j + 1]));
+    }
+    const __m512i corr = _mm512_set1_epi32(128 * xsum[g]);
+    const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(sx[g]), load_block_scales(sp + g * kP));
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(s0, s1), corr)), sc, f);
+  }
+  store_panel_m1(f, w, bias, y, p);
 }
 #undef QHX_DP
 
-using TileW4Fn = void (*)(const std::uint8_t*, std::int64_t, const float*, const std::int32_t*, const PackedI8&,
-                          const float*, float*, std::int64_t, std::int64_t, std::int64_t);
-constexpr int kW4MaxMR = 4;
-constexpr int kW4MaxNR = 2;
-template <class S>
-constexpr TileW4Fn kW4Tiles[kW4MaxMR][kW4MaxNR] = {{tile_w4<S, 1, 1>, tile_w4<S, 1, 2>},
-                                                   {tile_w4<S, 2, 1>, tile_w4<S, 2, 2>},
-                                                   {tile_w4<S, 3, 1>, tile_w4<S, 3, 2>},
-                                                   {tile_w4<S, 4, 1>, tile_w4<S, 4, 2>}};
+using TileBlocksFn = void (*)(const std::uint8_t*, std::int64_t, const float*, const std::int32_t*, const PackedI8&,
+                              const float*, float*, std::int64_t, std::int64_t, std::int64_t);
+constexpr int kBlocksMaxMR = 4;
+constexpr int kBlocksMaxNR = 2;
+template <int Bits, class S>
+constexpr TileBlocksFn kBlockTiles[kBlocksMaxMR][kBlocksMaxNR] = {
+    {tile_blocks<Bits, S, 1, 1>, tile_blocks<Bits, S, 1, 2>},
+    {tile_blocks<Bits, S, 2, 1>, tile_blocks<Bits, S, 2, 2>},
+    {tile_blocks<Bits, S, 3, 1>, tile_blocks<Bits, S, 3, 2>},
+    {tile_blocks<Bits, S, 4, 1>, tile_blocks<Bits, S, 4, 2>}};
 
-template <class S>
-void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
-                    const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0,
-                    std::int64_t p1) {
+template <int Bits, class S>
+void gemm_blocks_typed(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                       const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                       std::int64_t p0, std::int64_t p1) {
   if (m == 1) {  // decode: one panel after another, one sequential stream
-    for (std::int64_t p = p0; p < p1; ++p) panel_w4_m1<S>(q, sx, xsum, w, bias, y, p);
+    for (std::int64_t p = p0; p < p1; ++p) {
+      if constexpr (Bits == 4)
+        panel_w4_m1<S>(q, sx, xsum, w, bias, y, p);
+      else
+        panel_w8b_m1<S>(q, sx, xsum, w, bias, y, p);
+    }
     return;
   }
-  for_each_tile(m, p0, p1, w.groups * 256, kW4MaxMR, kW4MaxNR,
+  for_each_tile(m, p0, p1, w.groups * Bits * 64, kBlocksMaxMR, kBlocksMaxNR,
                 [&](std::int64_t mr, std::int64_t nr, std::int64_t p, std::int64_t i0) {
-                  kW4Tiles<S>[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                  kBlockTiles<Bits, S>[mr - 1][nr - 1](q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
                 });
 }
 
-void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
-             const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  with_w4_scale_type(w, [&](auto s) { gemm_w4_scaled<decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1); });
+void gemm_blocks(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+                 const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  with_block_scale_type(w, [&](auto s) {
+    if (w.bits == 4)
+      gemm_blocks_typed<4, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+    else
+      gemm_blocks_typed<8, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  });
 }
 
 }  // namespace
@@ -492,7 +539,8 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_avx512vnni() {
-  static const Int8Kernel k{"avx512vnni", kP, 128, gemm, gemm_w4, quantize, softmax_q8, pack_kv, kMaxNR, kW4MaxNR};
+  static const Int8Kernel k{"avx512vnni", kP,         128,     gemm,   gemm_blocks,
+                            quantize,     softmax_q8, pack_kv, kMaxNR, kBlocksMaxNR};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return ok ? &k : nullptr;

@@ -6,7 +6,7 @@
 //
 // Register tile: MR activation rows × NR panels (at most 4 × 4 = 16 int32x4
 // accumulators of the 32 vector registers), panels walked in L2-sized blocks.
-// w4 matrices (16-row panels of nibbles) have their own tile below.
+// Block-scaled matrices (w4, w8 with block scales: 16-row panels) have their own tile below.
 // Compiled for every aarch64 build; reached only when the CPU reports dotprod.
 #include "backends/cpu/int8_matmul.hpp"
 #include "backends/cpu/int8_attention.hpp"
@@ -94,29 +94,43 @@ void gemm(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* 
                 });
 }
 
-// ---- w4 (layout in int8_matmul.hpp: 16-row panels, whatever the kernel) -----
+// ---- block-scaled: w4 and w8 (layouts in int8_matmul.hpp: 16-row panels) -----
 // Each 64-byte vector of a group holds four quads of 16 bytes, rows 4·qd ..
-// 4·qd + 3 with 4 bytes each: exactly an sdot operand. The low nibbles (columns
-// 8j .. 8j+3) and the high ones (8j+4 .. 8j+7) are unsigned 0..15, so they can
-// stand as sdot's signed operand; 8 · (the activations' group sum) comes off
-// after the group, and its int32 sums are scaled into f32 as the contract says.
+// 4·qd + 3 with 4 bytes each: exactly an sdot operand. w4's low nibbles (columns
+// 8j .. 8j+3) and high ones (8j+4 .. 8j+7) are unsigned 0..15, so they can stand
+// as sdot's signed operand, and 8 · (the activations' block sum) comes off after
+// the group; w8's bytes q + 128 become q again by flipping their top bit. The
+// group's int32 sums are then scaled into f32 as the contract says.
 
-inline float32x4_t load_w4_scales(const float* s) { return vld1q_f32(s); }
-inline float32x4_t load_w4_scales(const std::uint16_t* s) {  // bf16: widened exactly by a shift
+inline float32x4_t load_block_scales(const float* s) { return vld1q_f32(s); }
+inline float32x4_t load_block_scales(const std::uint16_t* s) {  // bf16: widened exactly by a shift
   return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(s), 16));
 }
 
-constexpr int kW4P = 16;
-constexpr int kW4MaxMR = 2;
+constexpr int kBlockP = 16;
+constexpr int kBlocksMaxMR = 2;
 
-template <class S, int MR>
-__attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::int64_t ldq, const float* sx,
-                                                   const std::int32_t* xsum, const PackedI8& w, const float* bias,
-                                                   float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+// Group g's k4 step j (columns 32g + 4j .. + 3) for rows 4·qd .. 4·qd + 3 of the
+// panel at `base`, as sdot's signed operand.
+template <int Bits>
+inline int8x16_t block_weights(const std::uint8_t* base, std::int64_t g, int j, int qd) {
+  if constexpr (Bits == 8) {
+    const uint8x16_t raw = vld1q_u8(base + g * 512 + j * 64 + qd * 16);
+    return vreinterpretq_s8_u8(veorq_u8(raw, vdupq_n_u8(0x80)));
+  } else {
+    const uint8x16_t raw = vld1q_u8(base + g * 256 + (j / 2) * 64 + qd * 16);
+    return vreinterpretq_s8_u8((j & 1) == 0 ? vandq_u8(raw, vdupq_n_u8(0x0F)) : vshrq_n_u8(raw, 4));
+  }
+}
+
+template <int Bits, class S, int MR>
+__attribute__((always_inline)) inline void tile_blocks(const std::uint8_t* q, std::int64_t ldq, const float* sx,
+                                                       const std::int32_t* xsum, const PackedI8& w, const float* bias,
+                                                       float* y, std::int64_t ldy, std::int64_t p, std::int64_t i0) {
+  constexpr int kOffset = Bits == 4 ? 8 : 0;
   const std::int64_t G = w.groups;
-  const auto* base = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * 256;
-  const S* scales = w4_scales(w, static_cast<const S*>(nullptr)) + p * G * kW4P;
-  const uint8x16_t nib = vdupq_n_u8(0x0F);
+  const auto* base = reinterpret_cast<const std::uint8_t*>(w.data.get()) + p * G * Bits * 64;
+  const S* scales = block_scales(w, static_cast<const S*>(nullptr)) + p * G * kBlockP;
   float32x4_t facc[MR][4];
   for (int i = 0; i < MR; ++i)
     for (int qd = 0; qd < 4; ++qd) facc[i][qd] = vdupq_n_f32(0.0f);
@@ -124,62 +138,59 @@ __attribute__((always_inline)) inline void tile_w4(const std::uint8_t* q, std::i
     int32x4_t acc[MR][4];
     for (int i = 0; i < MR; ++i)
       for (int qd = 0; qd < 4; ++qd) acc[i][qd] = vdupq_n_s32(0);
-    for (int j = 0; j < 4; ++j) {
-      int8x16_t lo[4], hi[4];
-      for (int qd = 0; qd < 4; ++qd) {
-        const uint8x16_t raw = vld1q_u8(base + g * 256 + j * 64 + qd * 16);
-        lo[qd] = vreinterpretq_s8_u8(vandq_u8(raw, nib));
-        hi[qd] = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
-      }
+    for (int j = 0; j < 8; ++j) {
+      int8x16_t wv[4];
+      for (int qd = 0; qd < 4; ++qd) wv[qd] = block_weights<Bits>(base, g, j, qd);
       for (int i = 0; i < MR; ++i) {
-        std::int32_t a0, a1;
-        std::memcpy(&a0, q + (i0 + i) * ldq + 32 * g + 8 * j, 4);
-        std::memcpy(&a1, q + (i0 + i) * ldq + 32 * g + 8 * j + 4, 4);
-        const int8x16_t v0 = vreinterpretq_s8_s32(vdupq_n_s32(a0)), v1 = vreinterpretq_s8_s32(vdupq_n_s32(a1));
-        for (int qd = 0; qd < 4; ++qd) {
-          acc[i][qd] = vdotq_s32(acc[i][qd], lo[qd], v0);
-          acc[i][qd] = vdotq_s32(acc[i][qd], hi[qd], v1);
-        }
+        std::int32_t a;
+        std::memcpy(&a, q + (i0 + i) * ldq + 32 * g + 4 * j, 4);
+        const int8x16_t v = vreinterpretq_s8_s32(vdupq_n_s32(a));
+        for (int qd = 0; qd < 4; ++qd) acc[i][qd] = vdotq_s32(acc[i][qd], wv[qd], v);
       }
     }
     for (int i = 0; i < MR; ++i) {
-      const int32x4_t corr = vdupq_n_s32(8 * xsum[(i0 + i) * G + g]);
-      const float32x4_t si = vdupq_n_f32(sx[i0 + i]);
+      const int32x4_t corr = vdupq_n_s32(kOffset * xsum[(i0 + i) * G + g]);
+      const float32x4_t si = vdupq_n_f32(sx[(i0 + i) * G + g]);
       for (int qd = 0; qd < 4; ++qd) {
         const float32x4_t v = vcvtq_f32_s32(vsubq_s32(acc[i][qd], corr));
-        const float32x4_t sc = vmulq_f32(si, load_w4_scales(scales + g * kW4P + qd * 4));
+        const float32x4_t sc = vmulq_f32(si, load_block_scales(scales + g * kBlockP + qd * 4));
         facc[i][qd] = vfmaq_f32(facc[i][qd], v, sc);  // facc + v · sc, one rounding
       }
     }
   }
-  const std::int64_t r0 = p * kW4P;
-  const std::int64_t valid = w.rows - r0 < kW4P ? w.rows - r0 : kW4P;
-  float bb[kW4P] = {};
+  const std::int64_t r0 = p * kBlockP;
+  const std::int64_t valid = w.rows - r0 < kBlockP ? w.rows - r0 : kBlockP;
+  float bb[kBlockP] = {};
   if (bias != nullptr)
     for (std::int64_t t = 0; t < valid; ++t) bb[t] = bias[r0 + t];
   for (int i = 0; i < MR; ++i) {
-    float out[kW4P];
+    float out[kBlockP];
     for (int qd = 0; qd < 4; ++qd) vst1q_f32(out + qd * 4, vaddq_f32(facc[i][qd], vld1q_f32(bb + qd * 4)));
     std::memcpy(y + (i0 + i) * ldy + r0, out, static_cast<std::size_t>(valid) * sizeof(float));
   }
 }
 
-template <class S>
-void gemm_w4_scaled(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
-                    const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0,
-                    std::int64_t p1) {
-  for_each_tile(m, p0, p1, w.groups * 256, kW4MaxMR, 1,
+template <int Bits, class S>
+void gemm_blocks_typed(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx,
+                       const std::int32_t* xsum, const PackedI8& w, const float* bias, float* y, std::int64_t ldy,
+                       std::int64_t p0, std::int64_t p1) {
+  for_each_tile(m, p0, p1, w.groups * Bits * 64, kBlocksMaxMR, 1,
                 [&](std::int64_t mr, std::int64_t, std::int64_t p, std::int64_t i0) {
                   if (mr == 2)
-                    tile_w4<S, 2>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                    tile_blocks<Bits, S, 2>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
                   else
-                    tile_w4<S, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
+                    tile_blocks<Bits, S, 1>(q, ldq, sx, xsum, w, bias, y, ldy, p, i0);
                 });
 }
 
-void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
-             const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  with_w4_scale_type(w, [&](auto s) { gemm_w4_scaled<decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1); });
+void gemm_blocks(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
+                 const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
+  with_block_scale_type(w, [&](auto s) {
+    if (w.bits == 4)
+      gemm_blocks_typed<4, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+    else
+      gemm_blocks_typed<8, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  });
 }
 
 }  // namespace
@@ -190,7 +201,8 @@ void gemm_w4(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const floa
 namespace qhx::cpu {
 
 const Int8Kernel* int8_kernel_neon_dotprod() {
-  static const Int8Kernel k{"neon-dotprod", kP, 0, gemm, gemm_w4, quantize_rows_q8, softmax_q8_row, nullptr, kMaxNR, 1};
+  static const Int8Kernel k{"neon-dotprod", kP,      0,      gemm, gemm_blocks, quantize_rows_q8,
+                            softmax_q8_row, nullptr, kMaxNR, 1};
   static const bool ok = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
   return ok ? &k : nullptr;
 }

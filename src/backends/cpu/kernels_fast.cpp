@@ -78,6 +78,20 @@ struct W8Row {  // q * row scale: the scale is applied once, to the dot product
   float Scalar(std::int64_t c) const { return static_cast<float>(p[c]); }
 };
 
+// w8 with block scales: each vector lies inside one group of 32 (lanes() divides 32,
+// cols % 32 == 0), whose scale it takes. Values are float(q) * scale exactly.
+struct W8BlockRow {
+  const std::int8_t* p;
+  const float* s;  // the row's cols / 32 scales
+  float post = 1.0f;
+  HWY_INLINE VF Load(DF df, std::int64_t c) const {
+    const hn::Rebind<std::int8_t, DF> d8;
+    const hn::Rebind<std::int32_t, DF> d32;
+    return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p + c))), hn::Set(df, s[c >> 5]));
+  }
+  float Scalar(std::int64_t) const { return 0.0f; }  // never used: cols % 32 == 0
+};
+
 // w4 reads the activations permuted per group of 32 columns: the 16 even
 // columns first (the low nibbles of the group's 16 bytes), then the 16 odd ones
 // (the high nibbles); see permute_for_w4. Values are float(q) * scale exactly.
@@ -174,6 +188,15 @@ void LinearRows(const float* x, std::int64_t m, const WeightMatrix& w, const flo
     }
     case DType::I8: {
       const auto* d = static_cast<const std::int8_t*>(w.data);
+      if (w.block_scales) {
+        const std::int64_t groups = n / kW4GroupSize;
+        LinearRowsT(
+            [&](std::int64_t r) {
+              return W8BlockRow{d + r * n, w.scales + r * groups};
+            },
+            x, m, w.rows, n, bias, y, r0, r1);
+        return;
+      }
       LinearRowsT([&](std::int64_t r) { return W8Row{d + r * n, w.scales[r]}; }, x, m, w.rows, n, bias, y, r0, r1);
       return;
     }
@@ -447,7 +470,7 @@ void linear_with(const float* x, std::int64_t m, const WeightMatrix& w, const fl
   const bool known = w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::I8 ||
                      w.dtype == DType::U8;
   // (A panel-form matrix reaches here only unprepared: prepare() gives f32 activations rows.)
-  if (!known || (w.dtype == DType::U8 && w.cols % kW4GroupSize != 0) || w.panel_form) {
+  if (!known || (has_block_scales(w) && w.cols % kW4GroupSize != 0) || w.panel_form) {
     reference(x, m, w, bias, y, step);  // reports the bad matrix as the reference does
     return;
   }
@@ -481,7 +504,8 @@ std::shared_ptr<const PackedI8> pack(const WeightMatrix& w) {
     if (k.panel != kStoredPanel) return nullptr;
     return view_stored_panels(stored_panels_of(w), w.rows, w.cols, k, nullptr, "a stored panel matrix");
   }
-  if (w.dtype != DType::I8 && !(w.dtype == DType::U8 && w.cols % kW4GroupSize == 0)) return nullptr;
+  if (w.dtype != DType::I8 && w.dtype != DType::U8) return nullptr;
+  if (has_block_scales(w) && w.cols % kW4GroupSize != 0) return nullptr;
   return pack_i8(w, int8_kernel_best());
 }
 

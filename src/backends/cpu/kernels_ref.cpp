@@ -43,7 +43,12 @@ void weight_row_to_f32(const WeightMatrix& w, std::int64_t r, float* out) {
       for (std::int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(src[c]);
       return;
     }
-    case DType::I8: {  // w8: one scale per row
+    case DType::I8: {  // w8: one scale per row, or per block of 32 columns
+      if (w.block_scales) {
+        const float* s = w.scales + r * (n / kW4GroupSize);
+        for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(w8_at(w, r, c)) * s[c / kW4GroupSize];
+        return;
+      }
       const float s = w.scales[r];
       if (w.panel_form) {
         for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(w8_at(w, r, c)) * s;
@@ -84,14 +89,24 @@ float dot(const float* a, const float* b, std::int64_t n) {
 
 namespace {
 
-// The int8 path's contract (int8_matmul.hpp), straight from its definition.
-void linear_int8_w4(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
-  if (w.cols % kW4GroupSize != 0) fail("linear: a w4 matrix needs a multiple of 32 columns, not ", w.cols);
-  std::vector<std::uint8_t> q(static_cast<std::size_t>(m * w.cols));
-  std::vector<float> sx(static_cast<std::size_t>(m));
-  quantize_rows_q8(x, m, w.cols, w.cols, 0, q.data(), sx.data());
+// The int8 path's contracts (int8_matmul.hpp), straight from their definitions.
+
+// qw[r, c] of a block-scaled matrix (w4, or w8 with block scales).
+int block_weight(const WeightMatrix& w, std::int64_t r, std::int64_t c) {
+  if (w.dtype == DType::I8) return w8_at(w, r, c);
   const auto* packed = static_cast<const std::uint8_t*>(w.data);
+  return w4_nibble(packed[r * (w.cols / 2) + c / 2], static_cast<int>(c & 1));
+}
+
+void linear_int8_blocks(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
+  if (w.cols % kW4GroupSize != 0)
+    fail("linear: a ", w.dtype == DType::I8 ? "w8 matrix with block scales" : "w4 matrix",
+         " needs a multiple of 32 columns, not ", w.cols);
   const std::int64_t groups = w.cols / kW4GroupSize;
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(m * w.cols));
+  std::vector<float> sx(static_cast<std::size_t>(m * groups));
+  std::vector<std::int32_t> sums(static_cast<std::size_t>(m * groups));
+  quantize_blocks_q8(x, m, w.cols, w.cols, q.data(), sx.data(), sums.data());
   for (std::int64_t n = 0; n < w.rows; ++n) {
     for (std::int64_t i = 0; i < m; ++i) {
       const auto* qx = reinterpret_cast<const std::int8_t*>(q.data() + i * w.cols);
@@ -99,9 +114,9 @@ void linear_int8_w4(const float* x, std::int64_t m, const WeightMatrix& w, const
       for (std::int64_t g = 0; g < groups; ++g) {
         std::int32_t isum = 0;
         for (std::int64_t c = g * kW4GroupSize; c < (g + 1) * kW4GroupSize; ++c)
-          isum +=
-              static_cast<std::int32_t>(qx[c]) * w4_nibble(packed[n * (w.cols / 2) + c / 2], static_cast<int>(c & 1));
-        acc = std::fma(static_cast<float>(isum), sx[static_cast<std::size_t>(i)] * w.scales[n * groups + g], acc);
+          isum += static_cast<std::int32_t>(qx[c]) * block_weight(w, n, c);
+        acc = std::fma(static_cast<float>(isum),
+                       sx[static_cast<std::size_t>(i * groups + g)] * w.scales[n * groups + g], acc);
       }
       y[i * w.rows + n] = acc + (bias != nullptr ? bias[n] : 0.0f);
     }
@@ -109,8 +124,8 @@ void linear_int8_w4(const float* x, std::int64_t m, const WeightMatrix& w, const
 }
 
 void linear_int8(const float* x, std::int64_t m, const WeightMatrix& w, const float* bias, float* y) {
-  if (w.dtype == DType::U8) {
-    linear_int8_w4(x, m, w, bias, y);
+  if (has_block_scales(w)) {
+    linear_int8_blocks(x, m, w, bias, y);
     return;
   }
   if (w.dtype != DType::I8) fail("linear: int8 activations need a w8 or w4 matrix, not ", weight_format_name(w));

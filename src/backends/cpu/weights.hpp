@@ -11,6 +11,9 @@
 //   BF16   bf16    bf16  [rows, cols]                nullptr         data[r, c] widened
 //   F16    f16     f16   [rows, cols]                nullptr         data[r, c] widened
 //   I8     w8      int8  [rows, cols]                float [rows]    q[r, c] * scales[r]
+//   I8     w8, block scales (`block_scales`), cols % 32 == 0:
+//                  int8  [rows, cols]                float [rows, cols / 32]
+//                                                                    q[r, c] * scales[r, c / 32]
 //   U8     w4      byte  [rows, cols / 2], two int4  float [rows, cols / 32]
 //                  per byte: column 2j in the low nibble,            q[r, c] * scales[r, c / 32]
 //                  2j + 1 in the high one, two's complement
@@ -45,7 +48,7 @@ namespace qhx::cpu {
 
 struct PackedI8;  // int8_matmul.hpp
 
-// Columns sharing one w4 scale.
+// Columns sharing one w4 scale, or one scale of a w8 matrix with block scales.
 inline constexpr std::int64_t kW4GroupSize = 32;
 
 struct WeightMatrix {
@@ -53,7 +56,8 @@ struct WeightMatrix {
   DType dtype = DType::F32;                          // F32, BF16, F16, I8 (w8) or U8 (w4): see the table above
   std::int64_t rows = 0;                             // output features
   std::int64_t cols = 0;                             // input features
-  const float* scales = nullptr;                     // w8: [rows]; w4: [rows, cols / kW4GroupSize]; else nullptr
+  const float* scales = nullptr;                     // w8: [rows] or [rows, cols / 32]; w4: [rows, cols / 32]
+  bool block_scales = false;                         // w8 only: scales [rows, cols / 32] (see the table)
   bool int8_activations = false;                     // w8 and w4 only: the int8 path (see above)
   bool f16_activations = false;                      // not int8: activations rounded to fp16 first
   std::shared_ptr<const PackedI8> packed = nullptr;  // the kernel set's repacked copy, or null
@@ -64,10 +68,19 @@ struct WeightMatrix {
   static WeightMatrix w8(const std::int8_t* q, const float* row_scales, std::int64_t rows, std::int64_t cols) {
     return {.data = q, .dtype = DType::I8, .rows = rows, .cols = cols, .scales = row_scales};
   }
+  static WeightMatrix w8_blocks(const std::int8_t* q, const float* block_scales, std::int64_t rows, std::int64_t cols) {
+    return {.data = q, .dtype = DType::I8, .rows = rows, .cols = cols, .scales = block_scales, .block_scales = true};
+  }
   static WeightMatrix w4(const std::uint8_t* packed, const float* group_scales, std::int64_t rows, std::int64_t cols) {
     return {.data = packed, .dtype = DType::U8, .rows = rows, .cols = cols, .scales = group_scales};
   }
 };
+
+// Whether the int8 path quantizes w's activations per block of 32 columns (w4, and
+// w8 with block scales) rather than per row (int8_matmul.hpp).
+inline bool has_block_scales(const WeightMatrix& w) {
+  return w.dtype == DType::U8 || (w.dtype == DType::I8 && w.block_scales);
+}
 
 // "f32", "bf16", "f16", "w8", "w4" (or "invalid"), for messages.
 const char* weight_format_name(const WeightMatrix& w);
