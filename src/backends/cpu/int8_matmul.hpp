@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/block_step.hpp"
@@ -86,16 +87,23 @@ struct PackedI8 {
 };
 
 // A block-scaled matrix's packed scales in the form they are kept: block_scales(w,
-// (const S*) nullptr) for S = float or std::uint16_t (bf16 bits); with_block_scale_type
-// calls f(S{}) with the form w has, so a kernel is written once, templated on S.
+// (const S*) nullptr) for S = float or std::uint16_t (bf16 bits); with_block_form
+// calls f(std::integral_constant<int, Bits>{}, S{}) with the bits (4 or 8) and the
+// scale form w has, so a kernel is written once, templated on both.
 inline const float* block_scales(const PackedI8& w, const float*) { return w.scales.get(); }
 inline const std::uint16_t* block_scales(const PackedI8& w, const std::uint16_t*) { return w.scales_bf16.get(); }
 template <class F>
-void with_block_scale_type(const PackedI8& w, F&& f) {
-  if (w.scales_bf16)
-    f(std::uint16_t{});
+void with_block_form(const PackedI8& w, F&& f) {
+  const auto with_scales = [&](auto bits) {
+    if (w.scales_bf16)
+      f(bits, std::uint16_t{});
+    else
+      f(bits, float{});
+  };
+  if (w.bits == 4)
+    with_scales(std::integral_constant<int, 4>{});
   else
-    f(float{});
+    with_scales(std::integral_constant<int, 8>{});
 }
 
 // One implementation of the packed product. `gemm` computes output rows

@@ -228,11 +228,8 @@ void gemm_blocks_typed(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, 
 
 void gemm_blocks(const std::uint8_t* q, std::int64_t ldq, std::int64_t m, const float* sx, const std::int32_t* xsum,
                  const PackedI8& w, const float* bias, float* y, std::int64_t ldy, std::int64_t p0, std::int64_t p1) {
-  with_block_scale_type(w, [&](auto s) {
-    if (w.bits == 4)
-      gemm_blocks_typed<4, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
-    else
-      gemm_blocks_typed<8, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
+  with_block_form(w, [&](auto bits, auto s) {
+    gemm_blocks_typed<decltype(bits)::value, decltype(s)>(q, ldq, m, sx, xsum, w, bias, y, ldy, p0, p1);
   });
 }
 
